@@ -1,0 +1,347 @@
+"""The ``bpe-stream`` command line (typer): parse, call the library, report.
+
+Data goes to stdout; progress (tqdm, silent when stderr is not a terminal or with
+``--quiet``), summaries and errors go to stderr.  Every error a user can fix becomes one
+``Error: ...`` line and exit status 1; bad usage is typer's exit status 2.
+"""
+
+from __future__ import annotations
+
+import heapq
+import json
+import os
+import sys
+from contextlib import contextmanager
+from typing import List, Optional
+
+import typer
+
+from . import __version__
+from .counting import count_sources, make_settings
+from .formats import load_any
+from .formats.native import rules_digest
+from .ids_io import FORMATS, read_ids, write_ids
+from .pipeline import train_from_store
+from .pretokenize import PretokenizeError
+from .reader import STDIN, InputError, Source
+from .store import Store, StoreError
+from .tokenizer import TokenizerError
+from .trainer import TrainConfig, TrainError
+
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    help="Train byte-level BPE tokenizers on corpora larger than RAM; encode and decode in streams.",
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+USER_ERRORS = (StoreError, InputError, TokenizerError, TrainError, PretokenizeError, ValueError)
+
+StoreOpt = typer.Option(None, "--store", help="Store directory [default: $BPE_STREAM_STORE or ./bpe-store].")
+QuietOpt = typer.Option(False, "--quiet", "-q", help="No progress bar or summary on stderr.")
+TokOpt = typer.Option(..., "--tokenizer", "-t", help="Tokenizer file (or GPT-2 vocab.json+merges.txt directory).")
+
+
+def fail(message: str) -> None:
+    typer.echo(f"Error: {message}", err=True)
+    raise typer.Exit(1)
+
+
+@contextmanager
+def user_errors():
+    """Turns library errors into one ``Error:`` line; a closed stdout ends quietly."""
+    try:
+        yield
+    except typer.Exit:
+        raise
+    except USER_ERRORS as exc:
+        fail(str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+    except BrokenPipeError:
+        try:
+            sys.stdout = None  # the reader went away (`| head`); nothing more to say
+        finally:
+            os._exit(0)
+    except OSError as exc:
+        fail(f"{exc.filename + ': ' if getattr(exc, 'filename', None) else ''}{exc.strerror or exc}")
+    except MemoryError:
+        fail("out of memory; lower --max-memory or free memory")
+
+
+def parse_size(text: str) -> int:
+    """``512M``, ``2G``, ``1.5G``, ``100000`` (bytes) -> bytes."""
+    units = {"": 1, "B": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+    t = text.strip().upper().removesuffix("IB").removesuffix("B") if text.strip().upper() not in ("", "B") else text
+    unit = t[-1:] if t[-1:] in units and not t[-1:].isdigit() else ""
+    number = t[: len(t) - len(unit)] if unit else t
+    try:
+        value = float(number)
+    except ValueError:
+        raise typer.BadParameter(f"{text!r} is not a size; write e.g. 512M or 2G") from None
+    if value <= 0:
+        raise typer.BadParameter(f"{text!r}: a size must be positive")
+    return int(value * units[unit])
+
+
+def store_path(store: Optional[str]) -> str:
+    return store or os.environ.get("BPE_STREAM_STORE") or "bpe-store"
+
+
+def progress_bar(quiet: bool, **kwargs):
+    from tqdm import tqdm
+
+    return tqdm(disable=quiet or not sys.stderr.isatty(), file=sys.stderr, dynamic_ncols=True, **kwargs)
+
+
+def say(quiet: bool, message: str) -> None:
+    if not quiet:
+        typer.echo(message, err=True)
+
+
+def version_callback(value: bool):
+    if value:
+        typer.echo(f"bpe-stream {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def root(
+    version: bool = typer.Option(False, "--version", callback=version_callback, is_eager=True, help="Print the version."),
+):
+    """bpe-stream: count -> train -> encode/decode."""
+
+
+# -- count -------------------------------------------------------------------------
+@app.command()
+def count(
+    paths: List[str] = typer.Argument(None, help="Files to count; none or '-' reads stdin."),
+    store: Optional[str] = StoreOpt,
+    special_token: List[str] = typer.Option(None, "--special-token", help="A special token (repeatable)."),
+    pretokenizer: Optional[str] = typer.Option(
+        None, "--pretokenizer", help="gpt2 (default), cl100k, o200k, whitespace, words, none or regex:PATTERN."
+    ),
+    end_of_word: Optional[str] = typer.Option(None, "--end-of-word", help="Word-end marker added to every pretoken."),
+    max_memory: str = typer.Option("1G", "--max-memory", help="Counting buffer before a flush to the store."),
+    recount: bool = typer.Option(False, "--recount", help="Count files again even if already counted."),
+    strict_utf8: bool = typer.Option(False, "--strict-utf8", help="Stop at invalid UTF-8 instead of keeping it."),
+    quiet: bool = QuietOpt,
+):
+    """Stream text into the word-frequency store; runs add up."""
+    budget = parse_size(max_memory)
+    with user_errors():
+        sources = [Source.from_arg(p) for p in (paths or [STDIN])]
+        with Store.open(store_path(store), create=True) as st:
+            recorded = st.settings()
+            given = {"pretokenizer": pretokenizer, "special_tokens": special_token or None, "end_of_word": end_of_word}
+            if recorded is not None:
+                merged = {k: (recorded[k] if v is None else v) for k, v in given.items()}
+            else:
+                merged = {k: v for k, v in given.items() if v is not None}
+            settings = make_settings(
+                merged.get("pretokenizer") or "gpt2", merged.get("special_tokens") or [], merged.get("end_of_word")
+            )
+            with progress_bar(quiet, unit="B", unit_scale=True, desc="count") as bar:
+                summary = count_sources(
+                    st, sources, settings, max_memory=budget, recount=recount, strict_utf8=strict_utf8,
+                    on_bytes=bar.update, on_message=lambda m: say(quiet, m),
+                )
+            say(quiet, summary.line())
+
+
+# -- train -------------------------------------------------------------------------
+@app.command()
+def train(
+    output: str = typer.Option(..., "--output", "-o", help="Where to write the tokenizer (JSON)."),
+    vocab_size: Optional[int] = typer.Option(None, "--vocab-size", help="Total vocabulary: 256 + specials + merges."),
+    num_merges: Optional[int] = typer.Option(None, "--num-merges", help="Number of merges to learn."),
+    store: Optional[str] = StoreOpt,
+    special_token: List[str] = typer.Option(None, "--special-token", help="Extra special tokens, after the store's."),
+    tie_break: str = typer.Option("max-bytes", "--tie-break", help="max-bytes, min-bytes or min-ids."),
+    min_count: int = typer.Option(1, "--min-count", help="Stop when the best pair's count is below N."),
+    min_word_count: int = typer.Option(1, "--min-word-count", help="Ignore pretokens counted fewer than N times."),
+    doc_boundaries: bool = typer.Option(False, "--doc-boundaries", help="Wrap documents in start/end symbols."),
+    quiet: bool = QuietOpt,
+):
+    """Learn the merges from the store and write a tokenizer."""
+    with user_errors():
+        config = TrainConfig(
+            vocab_size=vocab_size, num_merges=num_merges, special_tokens=list(special_token or []),
+            doc_boundaries=doc_boundaries, tie_break=tie_break, min_count=min_count, min_word_count=min_word_count,
+        )
+        with Store.open(store_path(store), readonly=True) as st:
+            bar = progress_bar(quiet, unit="merge", desc="train")
+
+            def on_merge(done, limit, count):
+                if bar.total != limit:
+                    bar.total = limit
+                bar.update(1)
+                bar.set_postfix(count=count, refresh=False)
+
+            try:
+                tok, result = train_from_store(st, config, on_merge)
+            finally:
+                bar.close()
+        tok.save(output)
+        last = result.merge_counts[-1] if result.merge_counts else 0
+        say(quiet, f"learned {len(result.merges):,} merges (last pair count {last:,}); vocabulary {tok.vocab_size:,}; wrote {output}")
+
+
+# -- encode / decode ---------------------------------------------------------------
+FormatOpt = typer.Option("txt", "--format", "-f", help="txt (decimal ids), u16 or u32 (little-endian binary).")
+
+
+def _inputs(paths: Optional[List[str]]) -> List[str]:
+    return paths or [STDIN]
+
+
+def _open_output(output: Optional[str]):
+    from .atomic import atomic_write
+
+    if output is None or output == "-":
+        return _StdoutContext()
+    return atomic_write(output, "wb")
+
+
+class _StdoutContext:
+    def __enter__(self):
+        return sys.stdout.buffer
+
+    def __exit__(self, *exc):
+        sys.stdout.buffer.flush()
+
+
+@app.command()
+def encode(
+    paths: List[str] = typer.Argument(None, help="Files to encode (each one document); none or '-' reads stdin."),
+    tokenizer: str = TokOpt,
+    fmt: str = FormatOpt,
+    output: Optional[str] = typer.Option(None, "--output", "-o", help="Write here (atomically) instead of stdout."),
+    strict_utf8: bool = typer.Option(False, "--strict-utf8", help="Stop at invalid UTF-8 instead of keeping it."),
+):
+    """Text to token ids, streaming."""
+    with user_errors():
+        if fmt not in FORMATS:
+            raise typer.BadParameter(f"--format must be one of {', '.join(FORMATS)}")
+        tok = load_any(tokenizer)
+        sources = [Source.from_arg(p) for p in _inputs(paths)]
+        with _open_output(output) as out:
+            for source in sources:
+                stream = source.open()
+                try:
+                    write_ids(out, tok.encode_stream(stream, strict=strict_utf8), fmt, tok.vocab_size and max(tok.vocab))
+                finally:
+                    if not source.is_stdin:
+                        stream.close()
+
+
+@app.command()
+def decode(
+    paths: List[str] = typer.Argument(None, help="Files of ids; none or '-' reads stdin."),
+    tokenizer: str = TokOpt,
+    fmt: str = FormatOpt,
+    output: Optional[str] = typer.Option(None, "--output", "-o", help="Write here (atomically) instead of stdout."),
+):
+    """Token ids back to the exact bytes."""
+    with user_errors():
+        if fmt not in FORMATS:
+            raise typer.BadParameter(f"--format must be one of {', '.join(FORMATS)}")
+        tok = load_any(tokenizer)
+        sources = [Source.from_arg(p) for p in _inputs(paths)]
+        with _open_output(output) as out:
+            for source in sources:
+                stream = source.open()
+                try:
+                    for data in tok.decode_chunks(read_ids(stream, fmt)):
+                        out.write(data)
+                finally:
+                    if not source.is_stdin:
+                        stream.close()
+
+
+# -- info / stats ------------------------------------------------------------------
+@app.command()
+def info(tokenizer: str = TokOpt, as_json: bool = typer.Option(False, "--json", help="Machine-readable output.")):
+    """Vocabulary size, merges, special tokens, pretokenizer, tie-break and rules digest."""
+    with user_errors():
+        tok = load_any(tokenizer)
+        data = {
+            "vocab_size": tok.vocab_size,
+            "merges": len(tok.merges),
+            "special_tokens": {text: sid for sid, role, text in tok.symbols if role == "special"},
+            "end_of_word": next((text for _, role, text in tok.symbols if role == "end_of_word"), None),
+            "doc_boundaries": tok.doc_start_id is not None,
+            "pretokenizer": tok.pretokenizer.name,
+            "pattern": tok.pretokenizer.pattern,
+            "tie_break": tok.tie_break,
+            "rules_sha256": rules_digest(tok),
+        }
+        if as_json:
+            typer.echo(json.dumps(data, ensure_ascii=False, indent=2))
+            return
+        for key, value in data.items():
+            typer.echo(f"{key:15} {value}")
+
+
+@app.command()
+def stats(
+    store: Optional[str] = StoreOpt,
+    top: int = typer.Option(10, "--top", help="How many of the most frequent pretokens to list."),
+    as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
+):
+    """What the store holds: totals, the most frequent pretokens, size on disk, training memory."""
+    from .estimate import estimate_train_memory
+
+    with user_errors():
+        with Store.open(store_path(store), readonly=True) as st:
+            with st.reader() as txn:
+                info_ = st.info(txn)
+                if info_ is None:
+                    raise StoreError(f"the store at {st.path} is empty; run 'bpe-stream count' first")
+                totals = info_["totals"]
+                unique = st.unique_words(txn)
+                symbols = 0
+                best = []
+                for word, n in st.iter_words(txn):
+                    symbols += len(word)
+                    if len(best) < top:
+                        heapq.heappush(best, (n, word))
+                    elif n > best[0][0]:
+                        heapq.heapreplace(best, (n, word))
+                sources = sum(1 for _ in st.iter_sources(txn))
+            data = {
+                "store": st.path,
+                "settings": info_["settings"],
+                "documents": totals.get("documents", 0),
+                "bytes": totals.get("bytes", 0),
+                "pretokens": totals.get("pretokens", 0),
+                "special_tokens_seen": totals.get("specials", 0),
+                "unique_pretokens": unique,
+                "unique_pretokens_bytes": symbols,
+                "files": sources,
+                "disk_bytes": st.disk_bytes(),
+                "estimated_train_memory_bytes": estimate_train_memory(unique, symbols),
+                "top": [
+                    {"pretoken": w.decode("utf-8", "backslashreplace"), "count": n}
+                    for n, w in sorted(best, key=lambda x: (-x[0], x[1]))
+                ],
+            }
+        if as_json:
+            typer.echo(json.dumps(data, ensure_ascii=False, indent=2))
+            return
+        for key in ("store", "documents", "bytes", "pretokens", "special_tokens_seen", "unique_pretokens", "files"):
+            value = data[key]
+            typer.echo(f"{key:30} {value:,}" if isinstance(value, int) else f"{key:30} {value}")
+        typer.echo(f"{'pretokenizer':30} {data['settings']['pretokenizer']}")
+        typer.echo(f"{'special tokens':30} {data['settings']['special_tokens']}")
+        typer.echo(f"{'disk size':30} {data['disk_bytes'] / 1e6:,.1f} MB")
+        typer.echo(f"{'estimated in-memory train':30} {data['estimated_train_memory_bytes'] / 1e6:,.1f} MB")
+        typer.echo("most frequent pretokens:")
+        for row in data["top"]:
+            typer.echo(f"  {row['count']:>12,}  {row['pretoken']!r}")
+
+
+def main():
+    app(prog_name="bpe-stream")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,259 @@
+"""Pretokenizers and special-token splitting: text in, pretokens out.
+
+This module owns the named patterns (``gpt2``, ``cl100k``, ``o200k``, ``whitespace``,
+``words``, ``none``, ``regex:PATTERN``), the longest-match splitting of special tokens,
+and the rule for where a long text may be cut so that pretokenizing the pieces gives
+exactly the pretokens of the whole.  It works on ``str`` only; bytes that are not
+UTF-8 arrive here as lone surrogates (``surrogateescape``) and leave the same way, so
+invalid input is preserved byte for byte.  It knows nothing of files, LMDB or the CLI.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterator, Optional, Sequence
+
+import regex
+
+GPT2_PATTERN = r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
+# tiktoken's cl100k_base and o200k_base patterns, character for character.
+CL100K_PATTERN = (
+    r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}++|\p{N}{1,3}+| ?[^\s\p{L}\p{N}]++[\r\n]*+"""
+    r"""|\s++$|\s*[\r\n]|\s+(?!\S)|\s"""
+)
+O200K_PATTERN = "|".join(
+    [
+        r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?""",
+        r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?""",
+        r"""\p{N}{1,3}""",
+        r""" ?[^\s\p{L}\p{N}]+[\r\n/]*""",
+        r"""\s*[\r\n]+""",
+        r"""\s+(?!\S)""",
+        r"""\s+""",
+    ]
+)
+WHITESPACE_PATTERN = r"""\s+|\S+"""
+WORDS_PATTERN = r"""\S+"""
+
+# name -> (pattern, whether every character of the input ends up in some pretoken)
+NAMED_PATTERNS = {
+    "gpt2": (GPT2_PATTERN, True),
+    "cl100k": (CL100K_PATTERN, True),
+    "o200k": (O200K_PATTERN, True),
+    "whitespace": (WHITESPACE_PATTERN, True),
+    "words": (WORDS_PATTERN, False),
+}
+PRETOKENIZER_NAMES = ("gpt2", "cl100k", "o200k", "whitespace", "words", "none", "regex:PATTERN")
+
+# Where a text may be cut.  For gpt2, whitespace and words no alternative matches a
+# non-space character followed by a space character, so every such position is a
+# pretoken boundary and the pieces on either side pretokenize exactly as the whole.
+# cl100k/o200k let punctuation absorb following CR/LF, so only other spaces qualify.
+_CUT_ANY_SPACE = regex.compile(r"(?r)(?<=\S)\s")
+_CUT_NOT_NEWLINE = regex.compile(r"(?r)(?<=\S)[^\S\r\n]")
+# For a custom pattern we cannot prove a boundary; we cut between two matches and keep
+# this many characters of matched text after the cut, so a pattern that looks no
+# further ahead than this sees exactly what it sees in the whole text.
+CUSTOM_LOOKAHEAD_MARGIN = 4096
+
+
+class PretokenizeError(ValueError):
+    """Input a pretokenizer cannot handle (for example text a custom pattern does not cover)."""
+
+
+@dataclass(frozen=True)
+class Pretokenizer:
+    """A named pretokenizer: ``split`` turns text into pretokens, ``safe_cut`` says where
+    a prefix of the text may be pretokenized on its own."""
+
+    name: str
+    pattern: Optional[str]  # None for "none": the whole text is one pretoken
+    lossless: bool
+
+    @staticmethod
+    def from_name(name: str) -> "Pretokenizer":
+        if name == "none":
+            return Pretokenizer("none", None, True)
+        if name.startswith("regex:"):
+            pattern = name[len("regex:"):]
+            if not pattern:
+                raise PretokenizeError("the regex: pretokenizer needs a pattern, e.g. 'regex:\\S+|\\s+'")
+            try:
+                regex.compile(pattern)
+            except regex.error as exc:
+                raise PretokenizeError(f"the pattern {pattern!r} does not compile: {exc}") from None
+            return Pretokenizer(name, pattern, True)
+        if name not in NAMED_PATTERNS:
+            raise PretokenizeError(
+                f"unknown pretokenizer {name!r}; choose one of {', '.join(PRETOKENIZER_NAMES)}"
+            )
+        pattern, lossless = NAMED_PATTERNS[name]
+        return Pretokenizer(name, pattern, lossless)
+
+    @property
+    def compiled(self):
+        return _compile(self.pattern)
+
+    @property
+    def is_custom(self) -> bool:
+        return self.name.startswith("regex:")
+
+    def split(self, text: str) -> list:
+        """The pretokens of ``text`` (no special tokens inside), in order."""
+        if not text:
+            return []
+        if self.pattern is None:
+            return [text]
+        pieces = self.compiled.findall(text)
+        if self.is_custom and sum(map(len, pieces)) != len(text):
+            self._raise_uncovered(text)
+        return pieces
+
+    def _raise_uncovered(self, text: str) -> None:
+        pos = 0
+        for m in self.compiled.finditer(text):
+            if m.start() != pos:
+                break
+            pos = m.end()
+        snippet = text[pos:pos + 20]
+        raise PretokenizeError(
+            f"the pattern {self.pattern!r} does not match the text at {snippet!r}; "
+            "extend the pattern so it covers every character (e.g. add '|\\s+|.')"
+        )
+
+    def safe_cut(self, text: str) -> int:
+        """The largest index ``i`` (0 when there is none) such that ``split(text[:i]) +
+        split(rest)`` equals ``split(text[:i] + rest)`` for any continuation ``rest``."""
+        if self.pattern is None:
+            return 0
+        if self.is_custom:
+            return self._custom_cut(text)
+        cutter = _CUT_NOT_NEWLINE if self.name in ("cl100k", "o200k") else _CUT_ANY_SPACE
+        m = cutter.search(text)
+        return m.start() if m else 0
+
+    def _custom_cut(self, text: str) -> int:
+        limit = len(text) - CUSTOM_LOOKAHEAD_MARGIN
+        if limit <= 0:
+            return 0
+        cut = 0
+        for m in self.compiled.finditer(text):
+            if m.start() > limit:
+                break
+            cut = m.start()
+        return cut
+
+
+def _compile(pattern: str, _cache: dict = {}):
+    compiled = _cache.get(pattern)
+    if compiled is None:
+        compiled = _cache[pattern] = regex.compile(pattern)
+    return compiled
+
+
+class SpecialSplitter:
+    """Splits text on special tokens; where two overlap at one position the longest wins,
+    and scanning goes left to right (an earlier match beats a later overlapping one)."""
+
+    def __init__(self, special_tokens: Sequence[str]):
+        self.tokens = list(dict.fromkeys(special_tokens))
+        for tok in self.tokens:
+            if not tok:
+                raise PretokenizeError("a special token cannot be empty")
+        self.max_len = max((len(t) for t in self.tokens), default=0)
+        ordered = sorted(self.tokens, key=len, reverse=True)
+        self.regex = regex.compile("|".join(regex.escape(t) for t in ordered)) if ordered else None
+
+    def split(self, text: str) -> Iterator[tuple]:
+        """Yields ``(is_special, piece)`` covering ``text`` in order; text pieces are non-empty."""
+        if self.regex is None:
+            if text:
+                yield False, text
+            return
+        pos = 0
+        for m in self.regex.finditer(text):
+            if m.start() > pos:
+                yield False, text[pos:m.start()]
+            yield True, m.group()
+            pos = m.end()
+        if pos < len(text):
+            yield False, text[pos:]
+
+
+class StreamSplitter:
+    """Feeds text in arbitrary chunks and yields what can be decided so far.
+
+    Items are ``("special", token)``, ``("pretokens", list_of_str)`` and, from
+    :meth:`end_document`, everything that was held back.  Whatever the chunking, the
+    concatenation of the items equals what splitting the whole document gives.  Held back
+    are at most the last ``max_len - 1`` characters (a special token may be starting
+    there) plus the text after the last safe cut.
+    """
+
+    def __init__(self, pretokenizer: Pretokenizer, specials: SpecialSplitter):
+        self.pre = pretokenizer
+        self.specials = specials
+        self._pending = ""  # text not yet scanned for special tokens
+        self._run = []  # text pieces known to hold no special token, not yet pretokenized
+        self._run_len = 0
+        # Try a cut only when the run has doubled since a try found none, so text with
+        # no cut point (one long CJK clause) costs linear, not quadratic, time.
+        self._next_cut_try = 0
+
+    @property
+    def held_chars(self) -> int:
+        return len(self._pending) + self._run_len
+
+    def feed(self, text: str, final: bool = False) -> Iterator[tuple]:
+        buf = self._pending + text if self._pending else text
+        self._pending = ""
+        pos = 0
+        hold_from = len(buf) if final else max(0, len(buf) - self.specials.max_len + 1)
+        if self.specials.regex is not None:
+            for m in self.specials.regex.finditer(buf):
+                # A match is final once every longer special starting at it could be seen.
+                if m.start() >= hold_from:
+                    break
+                if m.start() > pos:
+                    self._add_text(buf[pos:m.start()])
+                yield from self._flush_run()
+                yield "special", m.group()
+                pos = m.end()
+        if hold_from > pos:
+            self._add_text(buf[pos:hold_from])
+            pos = hold_from
+        self._pending = buf[pos:]
+        if final:
+            yield from self._flush_run()
+        else:
+            yield from self._cut_run()
+
+    def end_document(self) -> Iterator[tuple]:
+        """Flushes everything held back: the document ends here."""
+        yield from self.feed("", final=True)
+
+    def _add_text(self, piece: str) -> None:
+        if piece:
+            self._run.append(piece)
+            self._run_len += len(piece)
+
+    def _flush_run(self) -> Iterator[tuple]:
+        if self._run:
+            text = "".join(self._run)
+            self._run, self._run_len, self._next_cut_try = [], 0, 0
+            yield "pretokens", self.pre.split(text)
+
+    def _cut_run(self) -> Iterator[tuple]:
+        if not self._run or self._run_len < self._next_cut_try:
+            return
+        text = "".join(self._run) if len(self._run) > 1 else self._run[0]
+        cut = self.pre.safe_cut(text)
+        if cut <= 0:
+            self._run = [text]
+            self._next_cut_try = 2 * len(text)
+            return
+        head, tail = text[:cut], text[cut:]
+        self._run = [tail] if tail else []
+        self._run_len = len(tail)
+        self._next_cut_try = 0
+        yield "pretokens", self.pre.split(head)

@@ -1,0 +1,123 @@
+"""Reading files and stdin as text chunks, byte-exactly.
+
+Owns: the identity of a source (path, size, modification time), opening it at a byte
+offset, and decoding its bytes in fixed-size chunks with an incremental UTF-8 decoder.
+Bytes that are not UTF-8 become lone surrogates (``surrogateescape``) and turn back into
+the same bytes on the way out, so nothing is replaced or lost; a character cut by a
+chunk boundary is held until its remaining bytes arrive.  Knows nothing of BPE or LMDB.
+"""
+
+from __future__ import annotations
+
+import codecs
+import os
+import stat
+import sys
+from dataclasses import dataclass
+from typing import BinaryIO, Iterator, Optional, Tuple
+
+CHUNK_BYTES = 1 << 20
+STDIN = "-"
+
+
+class InputError(Exception):
+    """An input that cannot be read (missing, a directory, unreadable, not UTF-8 under --strict-utf8)."""
+
+
+def to_bytes(text: str) -> bytes:
+    """The exact bytes behind text decoded by :func:`decode_chunks`."""
+    return text.encode("utf-8", "surrogateescape")
+
+
+def from_bytes(data: bytes) -> str:
+    return data.decode("utf-8", "surrogateescape")
+
+
+@dataclass(frozen=True)
+class Source:
+    """One input: a file (which can be re-read and resumed) or stdin (which cannot)."""
+
+    name: str  # as the user gave it, for messages
+    key: bytes  # identity in the store: the real path of a file, b"-" for stdin
+    size: int = 0
+    mtime_ns: int = 0
+
+    @property
+    def is_stdin(self) -> bool:
+        return self.name == STDIN
+
+    @classmethod
+    def from_arg(cls, arg: str) -> "Source":
+        if arg == STDIN:
+            return cls(STDIN, b"-")
+        try:
+            st = os.stat(arg)
+        except FileNotFoundError:
+            raise InputError(f"{arg}: no such file; check the path") from None
+        except OSError as exc:
+            raise InputError(f"{arg}: cannot read it ({exc.strerror})") from None
+        if stat.S_ISDIR(st.st_mode):
+            raise InputError(f"{arg} is a directory; pass the files inside it (e.g. {arg}/*.txt)")
+        if not os.access(arg, os.R_OK):
+            raise InputError(f"{arg}: permission denied; make it readable or leave it out")
+        return cls(arg, os.fsencode(os.path.realpath(arg)), st.st_size, st.st_mtime_ns)
+
+    def identity(self) -> dict:
+        return {"size": self.size, "mtime_ns": self.mtime_ns}
+
+    def open(self, offset: int = 0) -> BinaryIO:
+        if self.is_stdin:
+            return sys.stdin.buffer
+        try:
+            f = open(self.name, "rb")
+        except OSError as exc:
+            raise InputError(f"{self.name}: cannot read it ({exc.strerror})") from None
+        if offset:
+            f.seek(offset)
+        return f
+
+
+def decode_chunks(
+    stream: BinaryIO, chunk_bytes: int = CHUNK_BYTES, strict: bool = False, start_offset: int = 0
+) -> Iterator[Tuple[str, int, int]]:
+    """Yields ``(text, bytes_read_so_far, bytes_held, final)`` per chunk, ``final`` on the
+    last one (at end of input).  ``bytes_held`` counts bytes of an incomplete character
+    kept back for the next chunk."""
+    decoder = codecs.getincrementaldecoder("utf-8")("strict" if strict else "surrogateescape")
+    done = 0
+    read = stream.read
+    while True:
+        try:
+            chunk = read(chunk_bytes)
+        except OSError as exc:
+            raise InputError(f"read failed ({exc.strerror})") from None
+        final = not chunk
+        held_before = len(decoder.getstate()[0])
+        try:
+            text = decoder.decode(chunk, final=final)
+        except UnicodeDecodeError as exc:
+            offset = start_offset + done - held_before + exc.start
+            raise InputError(
+                f"invalid UTF-8 at byte offset {offset}; drop --strict-utf8 to keep such bytes as they are"
+            ) from None
+        done += len(chunk)
+        yield text, done, len(decoder.getstate()[0]), final
+        if final:
+            return
+
+
+def iter_text(path_or_stream, chunk_bytes: int = CHUNK_BYTES) -> Iterator[str]:
+    """Text chunks of a path or binary stream (for encoding and tests)."""
+    if isinstance(path_or_stream, (str, os.PathLike)):
+        with open(path_or_stream, "rb") as f:
+            for text, _, _, _ in decode_chunks(f, chunk_bytes):
+                if text:
+                    yield text
+    else:
+        for text, _, _, _ in decode_chunks(path_or_stream, chunk_bytes):
+            if text:
+                yield text
+
+
+def describe(source: Optional[Source]) -> str:
+    return "stdin" if source is None or source.is_stdin else source.name

@@ -1,0 +1,277 @@
+"""The persistent word-frequency store: one LMDB environment (a directory).
+
+Owns the on-disk layout and nothing of BPE:
+
+* ``meta``: format version, the counting settings fixed at creation (pretokenizer with
+  its exact pattern, special tokens, word-end marker) and running totals.
+* ``words``: pretoken bytes -> 64-bit little-endian count.  LMDB keys are limited to
+  ``max_key_size()`` bytes (511), so longer pretokens go to ``longwords``: a BLAKE2b
+  digest -> count followed by the pretoken bytes.
+* ``sources``: one record per counted file (identity, byte offset reached, done), written
+  in the same transaction as the counts it stands for, so a kill never double-counts.
+* ``train``: training checkpoints.
+
+Every value is a fixed-width integer or msgpack, never pickle: opening a store cannot
+run code.  Writes happen in one transaction per batch; when the map is full it grows and
+the batch is retried whole.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from contextlib import contextmanager
+from typing import Dict, Iterator, Optional, Tuple
+
+import lmdb
+import msgpack
+
+FORMAT_VERSION = 1
+MAGIC = "bpe-stream store"
+_DBS = (b"meta", b"words", b"longwords", b"sources", b"train")
+_INITIAL_MAP_SIZE = 1 << 30
+
+
+class StoreError(Exception):
+    """A store that is missing, not ours, of another format or another setting."""
+
+
+def pack(obj) -> bytes:
+    return msgpack.packb(obj, use_bin_type=True)
+
+
+def unpack(data: bytes):
+    try:
+        return msgpack.unpackb(data, raw=False, strict_map_key=False)
+    except Exception as exc:  # msgpack raises several unrelated types on garbage
+        raise StoreError(f"a store record is damaged ({exc})") from None
+
+
+def _u64(value: int) -> bytes:
+    return value.to_bytes(8, "little")
+
+
+def _digest(pretoken: bytes) -> bytes:
+    return hashlib.blake2b(pretoken, digest_size=20).digest()
+
+
+class Store:
+    """An open store.  Use :meth:`open`; close it (or use ``with``) when done."""
+
+    def __init__(self, path: str, env: lmdb.Environment, readonly: bool):
+        self.path = path
+        self.env = env
+        self.readonly = readonly
+        self.db = {name.decode(): env.open_db(name, create=not readonly) for name in _DBS}
+        self.max_key = env.max_key_size()
+
+    # -- opening -------------------------------------------------------------------
+    @classmethod
+    def open(cls, path: str, *, create: bool = False, readonly: bool = False) -> "Store":
+        path = os.fspath(path)
+        exists = os.path.isdir(path) and os.path.exists(os.path.join(path, "data.mdb"))
+        if os.path.exists(path) and not os.path.isdir(path):
+            raise StoreError(f"{path} is a file, not a store directory; give --store a directory path")
+        if not exists:
+            if not create:
+                raise StoreError(f"no store at {path}; run 'bpe-stream count' first or pass --store PATH")
+            if os.path.isdir(path) and os.listdir(path):
+                raise StoreError(f"{path} is a non-empty directory that is not a bpe-stream store; choose another --store")
+        size = os.path.getsize(os.path.join(path, "data.mdb")) if exists else 0
+        map_size = max(_INITIAL_MAP_SIZE, 2 * size)
+        try:
+            env = lmdb.open(
+                path, subdir=True, map_size=map_size, max_dbs=len(_DBS), readonly=readonly and exists,
+                create=create, metasync=True, sync=True, readahead=False, lock=True,
+            )
+        except lmdb.Error as exc:
+            raise StoreError(f"cannot open the store at {path}: {exc}") from None
+        try:
+            meta = cls._read_meta(env)
+            if exists and meta is None:
+                raise StoreError(f"{path} is an LMDB database but not a bpe-stream store; choose another --store")
+            if meta is not None:
+                if meta.get("magic") != MAGIC:
+                    raise StoreError(f"{path} is not a bpe-stream store; choose another --store")
+                if meta.get("format", 0) > FORMAT_VERSION:
+                    raise StoreError(
+                        f"the store at {path} has format {meta['format']}, newer than this bpe-stream "
+                        f"understands ({FORMAT_VERSION}); upgrade bpe-stream"
+                    )
+            store = cls(path, env, readonly=readonly and exists)
+        except BaseException:
+            env.close()
+            raise
+        return store
+
+    @staticmethod
+    def _read_meta(env) -> Optional[dict]:
+        try:
+            with env.begin() as txn:
+                db = env.open_db(b"meta", txn=txn, create=False)
+                raw = txn.get(b"info", db=db)
+        except lmdb.NotFoundError:
+            return None
+        except lmdb.Error:
+            return None
+        return unpack(raw) if raw is not None else None
+
+    def close(self) -> None:
+        self.env.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    # -- transactions --------------------------------------------------------------
+    def write(self, fn):
+        """Run ``fn(txn)`` in one write transaction; grow the map and retry when full."""
+        while True:
+            try:
+                with self.env.begin(write=True) as txn:
+                    return fn(txn)
+            except lmdb.MapFullError:
+                self.env.set_mapsize(self.env.info()["map_size"] * 2)
+            except lmdb.MapResizedError:
+                self.env.set_mapsize(0)
+
+    @contextmanager
+    def reader(self):
+        while True:
+            try:
+                txn = self.env.begin()
+                break
+            except lmdb.MapResizedError:
+                self.env.set_mapsize(0)
+        try:
+            yield txn
+        finally:
+            txn.abort()
+
+    # -- metadata ------------------------------------------------------------------
+    def info(self, txn=None) -> Optional[dict]:
+        if txn is None:
+            with self.reader() as t:
+                return self.info(t)
+        raw = txn.get(b"info", db=self.db["meta"])
+        return unpack(raw) if raw is not None else None
+
+    def settings(self) -> Optional[dict]:
+        info = self.info()
+        return info["settings"] if info else None
+
+    def totals(self, txn=None) -> dict:
+        info = self.info(txn)
+        return dict(info["totals"]) if info else dict(_ZERO_TOTALS)
+
+    def ensure_settings(self, settings: dict) -> dict:
+        """Records ``settings`` in a new store, or checks they equal the recorded ones."""
+
+        def txn_fn(txn):
+            raw = txn.get(b"info", db=self.db["meta"])
+            if raw is None:
+                info = {"magic": MAGIC, "format": FORMAT_VERSION, "settings": settings, "totals": dict(_ZERO_TOTALS)}
+                txn.put(b"info", pack(info), db=self.db["meta"])
+                return settings
+            recorded = unpack(raw)["settings"]
+            for key in sorted(set(recorded) | set(settings)):
+                if recorded.get(key) != settings.get(key):
+                    raise StoreError(
+                        f"the store at {self.path} was counted with {key}={recorded.get(key)!r}, not "
+                        f"{settings.get(key)!r}; use the same settings or another --store"
+                    )
+            return recorded
+
+        return self.write(txn_fn)
+
+    # -- counts --------------------------------------------------------------------
+    def add_counts(self, txn, counts: Dict[bytes, int]) -> int:
+        """Adds ``counts`` inside ``txn``; returns how many pretokens were new."""
+        words, longwords, max_key = self.db["words"], self.db["longwords"], self.max_key
+        new = 0
+        for key in sorted(counts):
+            n = counts[key]
+            if len(key) <= max_key and key:
+                old = txn.get(key, db=words)
+                if old is None:
+                    new += 1
+                    txn.put(key, _u64(n), db=words)
+                else:
+                    txn.put(key, _u64(int.from_bytes(old, "little") + n), db=words)
+            else:
+                digest = _digest(key)
+                old = txn.get(digest, db=longwords)
+                if old is None:
+                    new += 1
+                    txn.put(digest, _u64(n) + key, db=longwords)
+                else:
+                    txn.put(digest, _u64(int.from_bytes(old[:8], "little") + n) + key, db=longwords)
+        return new
+
+    def bump_totals(self, txn, delta: dict) -> None:
+        info = unpack(txn.get(b"info", db=self.db["meta"]))
+        totals = info["totals"]
+        for key, value in delta.items():
+            totals[key] = totals.get(key, 0) + value
+        txn.put(b"info", pack(info), db=self.db["meta"])
+
+    def count_of(self, pretoken: bytes) -> int:
+        with self.reader() as txn:
+            if pretoken and len(pretoken) <= self.max_key:
+                raw = txn.get(pretoken, db=self.db["words"])
+                return int.from_bytes(raw, "little") if raw else 0
+            raw = txn.get(_digest(pretoken), db=self.db["longwords"])
+            return int.from_bytes(raw[:8], "little") if raw else 0
+
+    def iter_words(self, txn, min_count: int = 1) -> Iterator[Tuple[bytes, int]]:
+        """Every (pretoken, count) with count >= ``min_count``, short ones in byte order first."""
+        with txn.cursor(db=self.db["words"]) as cur:
+            for key, value in cur:
+                n = int.from_bytes(value, "little")
+                if n >= min_count:
+                    yield bytes(key), n
+        with txn.cursor(db=self.db["longwords"]) as cur:
+            for _digest_key, value in cur:
+                n = int.from_bytes(value[:8], "little")
+                if n >= min_count:
+                    yield bytes(value[8:]), n
+
+    def unique_words(self, txn=None) -> int:
+        if txn is None:
+            with self.reader() as t:
+                return self.unique_words(t)
+        return txn.stat(self.db["words"])["entries"] + txn.stat(self.db["longwords"])["entries"]
+
+    # -- sources -------------------------------------------------------------------
+    def source(self, txn, key: bytes) -> Optional[dict]:
+        raw = txn.get(key, db=self.db["sources"])
+        return unpack(raw) if raw is not None else None
+
+    def put_source(self, txn, key: bytes, record: dict) -> None:
+        txn.put(key, pack(record), db=self.db["sources"])
+
+    def iter_sources(self, txn) -> Iterator[Tuple[bytes, dict]]:
+        with txn.cursor(db=self.db["sources"]) as cur:
+            for key, value in cur:
+                yield bytes(key), unpack(value)
+
+    # -- training checkpoints ------------------------------------------------------
+    def get_train(self, key: bytes, txn=None):
+        if txn is None:
+            with self.reader() as t:
+                return self.get_train(key, t)
+        raw = txn.get(key, db=self.db["train"])
+        return unpack(raw) if raw is not None else None
+
+    def disk_bytes(self) -> int:
+        total = 0
+        for name in ("data.mdb", "lock.mdb"):
+            p = os.path.join(self.path, name)
+            if os.path.exists(p):
+                total += os.stat(p).st_blocks * 512
+        return total
+
+
+_ZERO_TOTALS = {"bytes": 0, "documents": 0, "pretokens": 0, "specials": 0}

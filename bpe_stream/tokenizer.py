@@ -1,0 +1,248 @@
+"""``Tokenizer``: encode text to ids and decode ids to bytes, exactly and in streams.
+
+Owns the id tables of a trained (or loaded) byte-level BPE: which id each byte has, the
+merge ranks, the special tokens and their ids, the word-end marker and document
+boundaries, and a bounded cache pretoken -> ids.  Encoding splits special tokens first
+(longest match), pretokenizes the rest, and encodes each pretoken by merge rank
+(``bpe.encode_by_rank``).  Streams are split with ``pretokenize.StreamSplitter``, so any
+chunking gives the ids of the whole.  Reading and writing files is left to ``formats``.
+"""
+
+from __future__ import annotations
+
+from typing import BinaryIO, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
+
+from .bpe import PAIR_SHIFT, encode_by_rank
+from .pretokenize import Pretokenizer, SpecialSplitter, StreamSplitter
+from .reader import CHUNK_BYTES, decode_chunks, to_bytes
+
+CACHE_ENTRIES = 1 << 17
+SYMBOL_ROLES = ("special", "end_of_word", "doc_start", "doc_end")
+
+
+class TokenizerError(ValueError):
+    """A tokenizer that is inconsistent, or input it cannot encode or decode."""
+
+
+class Tokenizer:
+    """A byte-level BPE tokenizer.
+
+    ``vocab``: id -> bytes.  ``merges``: ``(left, right, new)`` ids in rank order.
+    ``symbols``: ``(id, role, text)`` for special tokens, the word-end marker and the
+    document boundaries.  ``pretokenizer``: a name from ``pretokenize`` (``regex:...`` too).
+    """
+
+    def __init__(
+        self,
+        vocab: Dict[int, bytes],
+        merges: Sequence[Tuple[int, int, int]],
+        symbols: Sequence[Tuple[int, str, str]] = (),
+        pretokenizer: str = "gpt2",
+        tie_break: Optional[str] = None,
+    ):
+        self.vocab = dict(vocab)
+        self.merges = [tuple(m) for m in merges]
+        self.symbols = [tuple(s) for s in symbols]
+        self.tie_break = tie_break
+        self.pretokenizer = Pretokenizer.from_name(pretokenizer)
+        self._check_and_index()
+
+    # -- construction ----------------------------------------------------------------
+    def _check_and_index(self) -> None:
+        vocab = self.vocab
+        symbol_ids = set()
+        self.special_ids: Dict[str, int] = {}
+        self.marker_id = self.doc_start_id = self.doc_end_id = None
+        for sid, role, text in self.symbols:
+            if role not in SYMBOL_ROLES:
+                raise TokenizerError(f"unknown symbol role {role!r}")
+            if sid not in vocab:
+                raise TokenizerError(f"symbol {text!r} has id {sid}, which is not in the vocabulary")
+            symbol_ids.add(sid)
+            if role == "special":
+                self.special_ids[text] = sid
+            elif role == "end_of_word":
+                self.marker_id = sid
+            elif role == "doc_start":
+                self.doc_start_id = sid
+            else:
+                self.doc_end_id = sid
+        byte_ids = {}
+        for tid, data in vocab.items():
+            if len(data) == 1 and tid not in symbol_ids:
+                byte_ids.setdefault(data[0], tid)
+        missing = [b for b in range(256) if b not in byte_ids]
+        if missing:
+            raise TokenizerError(
+                f"not a byte-level BPE: no token for byte 0x{missing[0]:02x} ({len(missing)} of 256 bytes missing)"
+            )
+        self.byte_ids = [byte_ids[b] for b in range(256)]
+        self._native_bytes = all(self.byte_ids[b] == b for b in range(256))
+        ranks: Dict[int, Tuple[int, int]] = {}
+        marker_ends = set([self.marker_id]) if self.marker_id is not None else set()
+        for rank, (left, right, new) in enumerate(self.merges):
+            for t in (left, right, new):
+                if t not in vocab:
+                    raise TokenizerError(f"merge {rank} uses id {t}, which is not in the vocabulary")
+            if vocab[left] + vocab[right] != vocab[new]:
+                raise TokenizerError(f"merge {rank}: the bytes of {new} are not those of {left} followed by {right}")
+            ranks.setdefault((left << PAIR_SHIFT) | right, (rank, new))
+            if right in marker_ends:
+                marker_ends.add(new)
+        self.ranks = ranks
+        # What each id decodes to: special tokens as their text, boundaries as nothing,
+        # the word-end marker (alone or ending a merged token) as one space.
+        out = dict(vocab)
+        for sid, role, text in self.symbols:
+            if role in ("doc_start", "doc_end"):
+                out[sid] = b""
+        if self.marker_id is not None:
+            marker = vocab[self.marker_id]
+            for tid in marker_ends:
+                out[tid] = vocab[tid][: len(vocab[tid]) - len(marker)] + b" "
+        self._marker_ends = frozenset(marker_ends)
+        self.decode_table = out
+        self._max_id = max(vocab) if vocab else -1
+        self._dense = [out.get(i) for i in range(self._max_id + 1)]
+        self.splitter = SpecialSplitter(list(self.special_ids))
+        self._cache: Dict[str, List[int]] = {}
+
+    @property
+    def vocab_size(self) -> int:
+        return len(self.vocab)
+
+    @property
+    def special_tokens(self) -> List[str]:
+        return list(self.special_ids)
+
+    @classmethod
+    def load(cls, path) -> "Tokenizer":
+        """Loads any supported tokenizer file or directory (the format is detected)."""
+        from .formats import load_any
+
+        return load_any(path)
+
+    @classmethod
+    def from_files(cls, vocab_json, merges_txt, special_tokens: Optional[Sequence[str]] = None) -> "Tokenizer":
+        """GPT-2 style ``vocab.json`` + ``merges.txt``.  Special tokens get their vocab id, or a
+        new one; ``None`` takes the vocab's tokens that no merge makes (``<|endoftext|>``)."""
+        from .formats.gpt2 import load_gpt2
+
+        return load_gpt2(vocab_json, merges_txt, special_tokens)
+
+    def save(self, path) -> None:
+        from .formats.native import save_native
+
+        save_native(self, path)
+
+    # -- encoding --------------------------------------------------------------------
+    def _encode_pretoken(self, piece: str) -> List[int]:
+        data = to_bytes(piece)
+        symbols = list(data) if self._native_bytes else [self.byte_ids[b] for b in data]
+        if self.marker_id is not None:
+            symbols.append(self.marker_id)
+        return encode_by_rank(symbols, self.ranks)
+
+    def _encode_pretokens(self, pieces: Iterable[str], out: List[int]) -> None:
+        cache = self._cache
+        get = cache.get
+        for piece in pieces:
+            ids = get(piece)
+            if ids is None:
+                ids = self._encode_pretoken(piece)
+                if len(cache) >= CACHE_ENTRIES:
+                    cache.clear()
+                cache[piece] = ids
+            out.extend(ids)
+
+    def _encode_items(self, items, out: List[int]) -> None:
+        for kind, value in items:
+            if kind == "pretokens":
+                self._encode_pretokens(value, out)
+            else:
+                out.append(self.special_ids[value])
+
+    def encode(self, text: str) -> List[int]:
+        """The ids of ``text`` (one document); special tokens in it are recognised."""
+        out: List[int] = []
+        if self.doc_start_id is not None:
+            out.append(self.doc_start_id)
+        for is_special, piece in self.splitter.split(text):
+            if is_special:
+                out.append(self.special_ids[piece])
+            else:
+                self._encode_pretokens(self.pretokenizer.split(piece), out)
+        if self.doc_end_id is not None:
+            out.append(self.doc_end_id)
+        return out
+
+    def encode_iterable(self, chunks: Iterable[str]) -> Iterator[int]:
+        """Lazily encodes text given in chunks (e.g. a file's lines), in constant memory;
+        yields the same ids as ``encode("".join(chunks))``."""
+        for batch in self.encode_chunks(chunks):
+            yield from batch
+
+    def encode_chunks(self, chunks: Iterable[str]) -> Iterator[List[int]]:
+        """Like :meth:`encode_iterable` but yields lists of ids, one per decided piece."""
+        stream = StreamSplitter(self.pretokenizer, self.splitter)
+        if self.doc_start_id is not None:
+            yield [self.doc_start_id]
+        for chunk in chunks:
+            out: List[int] = []
+            self._encode_items(stream.feed(chunk), out)
+            if out:
+                yield out
+        out = []
+        self._encode_items(stream.end_document(), out)
+        if self.doc_end_id is not None:
+            out.append(self.doc_end_id)
+        if out:
+            yield out
+
+    def encode_stream(self, stream: BinaryIO, chunk_bytes: int = CHUNK_BYTES, strict: bool = False) -> Iterator[List[int]]:
+        """Encodes a binary stream (one document) chunk by chunk; invalid UTF-8 is kept exactly."""
+        texts = (text for text, _, _, _ in decode_chunks(stream, chunk_bytes, strict))
+        return self.encode_chunks(texts)
+
+    # -- decoding --------------------------------------------------------------------
+    def decode_bytes(self, ids: Iterable[int]) -> bytes:
+        """The exact bytes behind ``ids``."""
+        ids = list(ids)
+        data = b"".join(self._lookup(ids))
+        if self.marker_id is not None and ids and ids[-1] in self._marker_ends and data.endswith(b" "):
+            data = data[:-1]
+        return data
+
+    def decode(self, ids: Iterable[int]) -> str:
+        """``decode_bytes`` as text; bytes that are not UTF-8 become U+FFFD."""
+        return self.decode_bytes(ids).decode("utf-8", errors="replace")
+
+    def _lookup(self, ids: List[int]) -> List[bytes]:
+        dense = self._dense
+        try:
+            out = [dense[i] for i in ids]
+        except (IndexError, TypeError):
+            out = [None]
+        if None in out or any(i < 0 for i in ids):
+            bad = next(i for i in ids if not isinstance(i, int) or i < 0 or i > self._max_id or dense[i] is None)
+            raise TokenizerError(f"id {bad} is not in the vocabulary (ids are 0..{self._max_id})")
+        return out
+
+    def decode_chunks(self, id_batches: Iterable[Sequence[int]]) -> Iterator[bytes]:
+        """Streams bytes for batches of ids; the final word-end space is dropped."""
+        pending_space = False
+        for ids in id_batches:
+            if not ids:
+                continue
+            data = b"".join(self._lookup(list(ids)))
+            if pending_space:
+                data = b" " + data
+                pending_space = False
+            if self.marker_id is not None and ids[-1] in self._marker_ends and data.endswith(b" "):
+                data = data[:-1]
+                pending_space = True
+            if data:
+                yield data
+
+    def token_bytes(self, tid: int) -> bytes:
+        return self.vocab[tid]

@@ -1,0 +1,200 @@
+"""The merge loop: from pretoken counts to an ordered list of merges.
+
+Counting and training are separate steps (as in HF ``tokenizers``): :meth:`Trainer.feed`
+takes (pretoken, count) pairs from anywhere -- the store, a file, a test -- and
+:meth:`Trainer.train` runs the merges.
+
+The loop keeps, for the words that hold each pair, the pair count (weighted by word
+frequency), an index pair -> word ids, and a heap ordered by ``(-count, tie-break key)``.
+A merge rewrites only the words the index names, and the pair-count deltas that
+``bpe.merge_word`` returns update the counts; there is never a full recount.  Counts only
+ever fall for pairs that already exist (only pairs with the new token are born), so the
+heap is invalidated lazily: a popped entry whose count is stale is pushed back with the
+current count, and the first entry whose count is current is the best pair.  Index
+entries of words that lost a pair are left in place and skipped when met.
+
+Ids: 0..255 are the bytes, then the special tokens in order, then the word-end marker
+(``--end-of-word``), then document start and end (``--doc-boundaries``), then merge ``r``
+gets ``first_merge_id + r``.
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass, field
+from typing import Callable, Dict, Iterable, List, Optional, Tuple
+
+from .bpe import PAIR_SHIFT, LOW_MASK, TIE_BREAKS, count_pairs, merge_word, tie_break_keys
+
+DOC_START = "<|startofdoc|>"
+DOC_END = "<|endofdoc|>"
+
+
+class TrainError(ValueError):
+    """Training settings that cannot work (a vocabulary smaller than the base, ...)."""
+
+
+@dataclass
+class TrainConfig:
+    vocab_size: Optional[int] = None
+    num_merges: Optional[int] = None
+    special_tokens: List[str] = field(default_factory=list)
+    end_of_word: Optional[str] = None
+    doc_boundaries: bool = False
+    tie_break: str = "max-bytes"
+    min_count: int = 1
+    min_word_count: int = 1
+
+    def base_symbols(self) -> List[Tuple[str, str]]:
+        """The non-byte symbols in id order, as (role, text)."""
+        out = [("special", s) for s in dict.fromkeys(self.special_tokens)]
+        if self.end_of_word is not None:
+            out.append(("end_of_word", self.end_of_word))
+        if self.doc_boundaries:
+            out += [("doc_start", DOC_START), ("doc_end", DOC_END)]
+        return out
+
+    def max_merges(self) -> int:
+        base = 256 + len(self.base_symbols())
+        if self.tie_break not in TIE_BREAKS:
+            raise TrainError(f"unknown tie-break {self.tie_break!r}; choose one of {', '.join(TIE_BREAKS)}")
+        if self.vocab_size is None and self.num_merges is None:
+            raise TrainError("give --vocab-size N or --num-merges N")
+        limits = []
+        if self.vocab_size is not None:
+            if self.vocab_size < base:
+                raise TrainError(
+                    f"--vocab-size {self.vocab_size} is smaller than the {base} base symbols "
+                    f"(256 bytes + {base - 256} special); use at least {base}"
+                )
+            limits.append(self.vocab_size - base)
+        if self.num_merges is not None:
+            if self.num_merges < 0:
+                raise TrainError("--num-merges must be 0 or more")
+            limits.append(self.num_merges)
+        return min(limits)
+
+
+@dataclass
+class TrainResult:
+    merges: List[Tuple[int, int]]
+    merge_counts: List[int]
+    vocab: Dict[int, bytes]
+    symbols: List[Tuple[str, str]]  # non-byte base symbols (role, text), ids 256..
+
+
+class Trainer:
+    """Learns merges from pretoken counts in memory.  ``feed`` then ``train``."""
+
+    def __init__(self, config: TrainConfig):
+        self.config = config
+        self.symbols = config.base_symbols()
+        self.first_merge_id = 256 + len(self.symbols)
+        self.marker_id = None
+        for i, (role, _) in enumerate(self.symbols):
+            if role == "end_of_word":
+                self.marker_id = 256 + i
+        self.word_ids: Dict[bytes, int] = {}
+        self.words: List[List[int]] = []
+        self.freqs: List[int] = []
+
+    def feed(self, counts: Iterable[Tuple[bytes, int]]) -> None:
+        """Adds pretoken counts (runs add up; pretokens under ``min_word_count`` are dropped at train)."""
+        marker = self.marker_id
+        for pretoken, n in counts:
+            if n <= 0:
+                continue
+            idx = self.word_ids.get(pretoken)
+            if idx is None:
+                self.word_ids[pretoken] = len(self.words)
+                word = list(pretoken)
+                if marker is not None:
+                    word.append(marker)
+                self.words.append(word)
+                self.freqs.append(n)
+            else:
+                self.freqs[idx] += n
+
+    def base_vocab(self) -> Dict[int, bytes]:
+        vocab = {i: bytes([i]) for i in range(256)}
+        for i, (_, text) in enumerate(self.symbols):
+            vocab[256 + i] = text.encode("utf-8")
+        return vocab
+
+    def train(self, on_merge: Optional[Callable[[int, int, int], None]] = None) -> TrainResult:
+        """Runs the merges.  ``on_merge(done, limit, count)`` is called after each one."""
+        config = self.config
+        limit = config.max_merges()
+        vocab = self.base_vocab()
+        keep = [i for i, f in enumerate(self.freqs) if f >= config.min_word_count and len(self.words[i]) > 1]
+        words = [self.words[i] for i in keep]
+        freqs = [self.freqs[i] for i in keep]
+
+        pair_counts = count_pairs(words, freqs)
+        where: Dict[int, set] = {}
+        for wid, word in enumerate(words):
+            for i in range(len(word) - 1):
+                p = (word[i] << PAIR_SHIFT) | word[i + 1]
+                s = where.get(p)
+                if s is None:
+                    where[p] = {wid}
+                else:
+                    s.add(wid)
+
+        key_of = tie_break_keys(config.tie_break)
+        heap = [(-c, key_of(p, vocab[p >> PAIR_SHIFT], vocab[p & LOW_MASK]), p) for p, c in pair_counts.items() if c > 0]
+        heapq.heapify(heap)
+
+        merges: List[Tuple[int, int]] = []
+        merge_counts: List[int] = []
+        min_count = max(1, config.min_count)
+        new_id = self.first_merge_id
+        while len(merges) < limit and heap:
+            neg, key, pair = heap[0]
+            current = pair_counts.get(pair, 0)
+            if current != -neg:
+                heapq.heappop(heap)
+                if current > 0:
+                    heapq.heappush(heap, (-current, key, pair))
+                continue
+            if current < min_count:
+                break
+            heapq.heappop(heap)
+            left, right = pair >> PAIR_SHIFT, pair & LOW_MASK
+            vocab[new_id] = vocab[left] + vocab[right]
+            deltas: Dict[int, int] = {}
+            for wid in where.pop(pair):
+                word = words[wid]
+                if len(word) < 2:
+                    continue
+                new_word = merge_word(word, left, right, new_id, freqs[wid], deltas)
+                if len(new_word) == len(word):
+                    continue  # a stale index entry: the word lost this pair earlier
+                words[wid] = new_word
+                for i in range(len(new_word) - 1):
+                    a, b = new_word[i], new_word[i + 1]
+                    if a == new_id or b == new_id:
+                        p = (a << PAIR_SHIFT) | b
+                        s = where.get(p)
+                        if s is None:
+                            where[p] = {wid}
+                        else:
+                            s.add(wid)
+            for p, d in deltas.items():
+                if d == 0:
+                    continue
+                c = pair_counts.get(p, 0) + d
+                if c > 0:
+                    pair_counts[p] = c
+                else:
+                    pair_counts.pop(p, None)
+                a, b = p >> PAIR_SHIFT, p & LOW_MASK
+                if (a == new_id or b == new_id) and c > 0:
+                    heapq.heappush(heap, (-c, key_of(p, vocab[a], vocab[b]), p))
+            pair_counts.pop(pair, None)
+            merges.append((left, right))
+            merge_counts.append(current)
+            new_id += 1
+            if on_merge is not None:
+                on_merge(len(merges), limit, current)
+        return TrainResult(merges, merge_counts, vocab, list(self.symbols))
