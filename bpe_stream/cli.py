@@ -17,7 +17,7 @@ from typing import List, Optional
 import typer
 
 from . import __version__
-from .counting import count_sources, make_settings
+from .counting import count_sources, default_workers, make_settings
 from .formats import load_any
 from .formats.native import rules_digest
 from .ids_io import FORMATS, read_ids, write_ids
@@ -121,6 +121,7 @@ def count(
     ),
     end_of_word: Optional[str] = typer.Option(None, "--end-of-word", help="Word-end marker added to every pretoken."),
     max_memory: str = typer.Option("1G", "--max-memory", help="Counting buffer before a flush to the store."),
+    workers: Optional[int] = typer.Option(None, "--workers", "-w", min=1, help="Processes [default: all cores]."),
     recount: bool = typer.Option(False, "--recount", help="Count files again even if already counted."),
     strict_utf8: bool = typer.Option(False, "--strict-utf8", help="Stop at invalid UTF-8 instead of keeping it."),
     quiet: bool = QuietOpt,
@@ -141,7 +142,8 @@ def count(
             )
             with progress_bar(quiet, unit="B", unit_scale=True, desc="count") as bar:
                 summary = count_sources(
-                    st, sources, settings, max_memory=budget, recount=recount, strict_utf8=strict_utf8,
+                    st, sources, settings, workers=workers or default_workers(), max_memory=budget,
+                    recount=recount, strict_utf8=strict_utf8,
                     on_bytes=bar.update, on_message=lambda m: say(quiet, m),
                 )
             say(quiet, summary.line())
@@ -170,14 +172,14 @@ def train(
         with Store.open(store_path(store), readonly=True) as st:
             bar = progress_bar(quiet, unit="merge", desc="train")
 
-            def on_merge(done, limit, count):
+            def on_progress(batch, done, limit):
                 if bar.total != limit:
                     bar.total = limit
-                bar.update(1)
-                bar.set_postfix(count=count, refresh=False)
+                bar.update(len(batch))
+                bar.set_postfix(count=batch[-1][2], refresh=False)
 
             try:
-                tok, result = train_from_store(st, config, on_merge)
+                tok, result = train_from_store(st, config, on_progress)
             finally:
                 bar.close()
         tok.save(output)

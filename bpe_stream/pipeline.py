@@ -10,8 +10,8 @@ import os
 from collections import Counter
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
-from .counting import DocumentCounter, make_settings
-from .reader import decode_chunks, to_bytes
+from .counting import count_range, make_settings
+from .reader import to_bytes
 from .store import Store, StoreError
 from .tokenizer import Tokenizer
 from .trainer import TrainConfig, Trainer, TrainResult
@@ -27,7 +27,8 @@ def tokenizer_from_result(result: TrainResult, pretokenizer: str, tie_break: str
 def train_from_store(
     store: Store,
     config: TrainConfig,
-    on_merge: Optional[Callable[[int, int, int], None]] = None,
+    on_progress: Optional[Callable[[list, int, int], None]] = None,
+    engine: str = "auto",
 ) -> Tuple[Tokenizer, TrainResult]:
     """Trains on the counts in ``store``; its special tokens come first, then ``config``'s extra ones."""
     settings = store.settings()
@@ -39,17 +40,13 @@ def train_from_store(
     trainer = Trainer(config)
     with store.reader() as txn:
         trainer.feed(store.iter_words(txn, max(1, config.min_word_count)))
-    result = trainer.train(on_merge)
+    result = trainer.train(on_progress, engine=engine)
     return tokenizer_from_result(result, settings["pretokenizer"], config.tie_break), result
 
 
-def count_file(path, settings: dict, chunk_bytes: int = 1 << 20) -> Counter:
+def count_file(path, settings: dict) -> Counter:
     """Pretoken counts (bytes keys) of one file, counted in memory."""
-    counter: Counter = Counter()
-    doc = DocumentCounter(settings, counter)
-    with open(path, "rb") as f:
-        for text, _, _, final in decode_chunks(f, chunk_bytes):
-            doc.feed(text, final=final)
+    counter = count_range(os.fspath(path), 0, os.path.getsize(path), settings).counter
     return Counter({to_bytes(k): v for k, v in counter.items()})
 
 
@@ -60,12 +57,13 @@ def train_bpe(
     *,
     pretokenizer: str = "gpt2",
     tie_break: str = "max-bytes",
+    engine: str = "auto",
 ) -> Tuple[Dict[int, bytes], List[Tuple[bytes, bytes]]]:
     """CS336's ``train_bpe``: the vocabulary (id -> bytes) and the merges as byte pairs, in order."""
     settings = make_settings(pretokenizer, special_tokens)
     config = TrainConfig(vocab_size=vocab_size, special_tokens=list(special_tokens), tie_break=tie_break)
     trainer = Trainer(config)
     trainer.feed(count_file(input_path, settings).items())
-    result = trainer.train()
+    result = trainer.train(engine=engine)
     merges = [(result.vocab[a], result.vocab[b]) for a, b in result.merges]
     return result.vocab, merges

@@ -183,16 +183,20 @@ class SpecialSplitter:
 class StreamSplitter:
     """Feeds text in arbitrary chunks and yields what can be decided so far.
 
-    Items are ``("special", token)``, ``("pretokens", list_of_str)`` and, from
+    Items are ``("special", token)``, ``("pretokens", list_of_str)`` (or ``("text", str)``
+    when ``raw``) and, from
     :meth:`end_document`, everything that was held back.  Whatever the chunking, the
     concatenation of the items equals what splitting the whole document gives.  Held back
     are at most the last ``max_len - 1`` characters (a special token may be starting
     there) plus the text after the last safe cut.
     """
 
-    def __init__(self, pretokenizer: Pretokenizer, specials: SpecialSplitter):
+    def __init__(self, pretokenizer: Pretokenizer, specials: SpecialSplitter, raw: bool = False):
         self.pre = pretokenizer
         self.specials = specials
+        # raw: yield ("text", piece) for each decided piece instead of its pretokens, so a
+        # parent process can cut a stream and leave pretokenizing to workers.
+        self.raw = raw
         self._pending = ""  # text not yet scanned for special tokens
         self._run = []  # text pieces known to hold no special token, not yet pretokenized
         self._run_len = 0
@@ -241,7 +245,7 @@ class StreamSplitter:
         if self._run:
             text = "".join(self._run)
             self._run, self._run_len, self._next_cut_try = [], 0, 0
-            yield "pretokens", self.pre.split(text)
+            yield self._emit(text)
 
     def _cut_run(self) -> Iterator[tuple]:
         if not self._run or self._run_len < self._next_cut_try:
@@ -256,4 +260,49 @@ class StreamSplitter:
         self._run = [tail] if tail else []
         self._run_len = len(tail)
         self._next_cut_try = 0
-        yield "pretokens", self.pre.split(head)
+        yield self._emit(head)
+
+    def _emit(self, text: str) -> tuple:
+        return ("text", text) if self.raw else ("pretokens", self.pre.split(text))
+
+
+# Byte-level cut points, for splitting a file into ranges that can be counted apart.  A
+# cut goes right before an ASCII space byte (never inside a multi-byte character) whose
+# preceding character is not a space -- the same rule as ``safe_cut`` -- and that no
+# occurrence of a special token straddles.
+_ASCII_SPACE = regex.compile(rb"[\t\n\v\f\r ]")
+_ASCII_SPACE_NOT_NEWLINE = regex.compile(rb"[\t\v\f ]")
+_SPACE_CHAR = regex.compile(r"\s")
+
+
+def splittable(pre: Pretokenizer) -> bool:
+    """Whether byte ranges of a document can be counted apart (not for ``none`` or custom patterns)."""
+    return pre.pattern is not None and not pre.is_custom
+
+
+def find_byte_cut(data: bytes, start: int, pre: Pretokenizer, specials: Sequence[bytes]) -> int:
+    """The first safe cut at or after ``start`` in ``data`` (at least 4 bytes in), or -1."""
+    spaces = _ASCII_SPACE_NOT_NEWLINE if pre.name in ("cl100k", "o200k") else _ASCII_SPACE
+    longest = max((len(s) for s in specials), default=0)
+    for m in spaces.finditer(data, max(start, 4)):
+        p = m.start()
+        before = data[p - 4:p].decode("utf-8", "surrogateescape")[-1]
+        if _SPACE_CHAR.match(before):
+            continue
+        if longest and p + longest > len(data):
+            return -1
+        window = data[max(0, p - longest + 1):p + longest - 1]
+        lo = p - max(0, p - longest + 1)
+        if any(_straddles(window, s, lo) for s in specials):
+            continue
+        return p
+    return -1
+
+
+def _straddles(window: bytes, special: bytes, cut: int) -> bool:
+    i = window.find(special)
+    while i != -1:
+        if i < cut < i + len(special):
+            return True
+        i = window.find(special, i + 1)
+    return False

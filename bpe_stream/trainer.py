@@ -21,10 +21,16 @@ gets ``first_merge_id + r``.
 from __future__ import annotations
 
 import heapq
+from array import array
 from dataclasses import dataclass, field
-from typing import Callable, Dict, Iterable, List, Optional, Tuple
+from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
-from .bpe import PAIR_SHIFT, LOW_MASK, TIE_BREAKS, count_pairs, merge_word, tie_break_keys
+from .bpe import LOW_MASK, PAIR_SHIFT, TIE_BREAKS, count_pairs, merge_word, tie_break_keys
+
+try:  # the C merge loop (bpe_stream/_fastbpe.c); the pure-Python loop below is the fallback
+    from . import _fastbpe
+except ImportError:  # pragma: no cover - depends on the build
+    _fastbpe = None
 
 DOC_START = "<|startofdoc|>"
 DOC_END = "<|endofdoc|>"
@@ -121,35 +127,94 @@ class Trainer:
             vocab[256 + i] = text.encode("utf-8")
         return vocab
 
-    def train(self, on_merge: Optional[Callable[[int, int, int], None]] = None) -> TrainResult:
-        """Runs the merges.  ``on_merge(done, limit, count)`` is called after each one."""
+    def train(
+        self,
+        on_progress: Optional[Callable[[List[Tuple[int, int, int]], int, int], None]] = None,
+        forced: Sequence[Tuple[int, int]] = (),
+        engine: str = "auto",
+    ) -> TrainResult:
+        """Runs the merges.  ``forced`` merges are applied first, in order (resume, continue
+        training).  ``on_progress(batch, done, limit)`` gets each batch of new
+        ``(left, right, count)`` merges.  ``engine``: ``"c"``, ``"python"`` or ``"auto"``
+        (C when the extension is built)."""
         config = self.config
         limit = config.max_merges()
-        vocab = self.base_vocab()
         keep = [i for i, f in enumerate(self.freqs) if f >= config.min_word_count and len(self.words[i]) > 1]
         words = [self.words[i] for i in keep]
         freqs = [self.freqs[i] for i in keep]
+        forced = [tuple(m) for m in forced][:limit]
+        if engine == "auto":
+            engine = "c" if _fastbpe is not None else "python"
+        if engine == "c":
+            if _fastbpe is None:
+                raise TrainError("the C trainer is not built here; use engine='python'")
+            done = _train_c(words, freqs, self.base_vocab(), config, limit, forced, on_progress)
+        elif engine == "python":
+            done = _train_python(words, freqs, self.base_vocab(), self.first_merge_id, config, limit, forced, on_progress)
+        else:
+            raise TrainError(f"unknown engine {engine!r}")
+        vocab = self.base_vocab()
+        merges, counts = [], []
+        for left, right, count in done:
+            vocab[self.first_merge_id + len(merges)] = vocab[left] + vocab[right]
+            merges.append((left, right))
+            counts.append(count)
+        return TrainResult(merges, counts, vocab, list(self.symbols))
 
-        pair_counts = count_pairs(words, freqs)
-        where: Dict[int, set] = {}
-        for wid, word in enumerate(words):
-            for i in range(len(word) - 1):
-                p = (word[i] << PAIR_SHIFT) | word[i + 1]
-                s = where.get(p)
-                if s is None:
-                    where[p] = {wid}
-                else:
-                    s.add(wid)
 
-        key_of = tie_break_keys(config.tie_break)
-        heap = [(-c, key_of(p, vocab[p >> PAIR_SHIFT], vocab[p & LOW_MASK]), p) for p, c in pair_counts.items() if c > 0]
-        heapq.heapify(heap)
+PROGRESS_EVERY = 64
 
-        merges: List[Tuple[int, int]] = []
-        merge_counts: List[int] = []
-        min_count = max(1, config.min_count)
-        new_id = self.first_merge_id
-        while len(merges) < limit and heap:
+
+def _train_c(words, freqs, vocab, config, limit, forced, on_progress) -> List[Tuple[int, int, int]]:
+    symbols = array("I")
+    ends = array("Q")
+    for word in words:
+        symbols.extend(word)
+        ends.append(len(symbols))
+    freq_arr = array("q", freqs)
+    tokens = [vocab[i] for i in range(len(vocab))]
+    done: List[Tuple[int, int, int]] = []
+
+    def callback(batch):
+        done.extend(batch)
+        if on_progress is not None:
+            on_progress(batch, len(done), limit)
+
+    _fastbpe.train(
+        symbols, ends, freq_arr, tokens, limit, max(1, config.min_count), TIE_BREAKS.index(config.tie_break),
+        [tuple(m) for m in forced], callback, PROGRESS_EVERY,
+    )
+    return done
+
+
+def _train_python(words, freqs, vocab, first_merge_id, config, limit, forced, on_progress) -> List[Tuple[int, int, int]]:
+    """The plain algorithm: rewrites each word that holds the merged pair."""
+    pair_counts = count_pairs(words, freqs)
+    where: Dict[int, set] = {}
+    for wid, word in enumerate(words):
+        for i in range(len(word) - 1):
+            p = (word[i] << PAIR_SHIFT) | word[i + 1]
+            s = where.get(p)
+            if s is None:
+                where[p] = {wid}
+            else:
+                s.add(wid)
+
+    key_of = tie_break_keys(config.tie_break)
+    heap = [(-c, key_of(p, vocab[p >> PAIR_SHIFT], vocab[p & LOW_MASK]), p) for p, c in pair_counts.items() if c > 0]
+    heapq.heapify(heap)
+
+    done: List[Tuple[int, int, int]] = []
+    batch: List[Tuple[int, int, int]] = []
+    min_count = max(1, config.min_count)
+    new_id = first_merge_id
+    while len(done) < limit:
+        if len(done) < len(forced):
+            pair = (forced[len(done)][0] << PAIR_SHIFT) | forced[len(done)][1]
+            current = pair_counts.get(pair, 0)
+        else:
+            if not heap:
+                break
             neg, key, pair = heap[0]
             current = pair_counts.get(pair, 0)
             if current != -neg:
@@ -160,41 +225,43 @@ class Trainer:
             if current < min_count:
                 break
             heapq.heappop(heap)
-            left, right = pair >> PAIR_SHIFT, pair & LOW_MASK
-            vocab[new_id] = vocab[left] + vocab[right]
-            deltas: Dict[int, int] = {}
-            for wid in where.pop(pair):
-                word = words[wid]
-                if len(word) < 2:
-                    continue
-                new_word = merge_word(word, left, right, new_id, freqs[wid], deltas)
-                if len(new_word) == len(word):
-                    continue  # a stale index entry: the word lost this pair earlier
-                words[wid] = new_word
-                for i in range(len(new_word) - 1):
-                    a, b = new_word[i], new_word[i + 1]
-                    if a == new_id or b == new_id:
-                        p = (a << PAIR_SHIFT) | b
-                        s = where.get(p)
-                        if s is None:
-                            where[p] = {wid}
-                        else:
-                            s.add(wid)
-            for p, d in deltas.items():
-                if d == 0:
-                    continue
-                c = pair_counts.get(p, 0) + d
-                if c > 0:
-                    pair_counts[p] = c
-                else:
-                    pair_counts.pop(p, None)
-                a, b = p >> PAIR_SHIFT, p & LOW_MASK
-                if (a == new_id or b == new_id) and c > 0:
-                    heapq.heappush(heap, (-c, key_of(p, vocab[a], vocab[b]), p))
-            pair_counts.pop(pair, None)
-            merges.append((left, right))
-            merge_counts.append(current)
-            new_id += 1
-            if on_merge is not None:
-                on_merge(len(merges), limit, current)
-        return TrainResult(merges, merge_counts, vocab, list(self.symbols))
+        left, right = pair >> PAIR_SHIFT, pair & LOW_MASK
+        vocab[new_id] = vocab[left] + vocab[right]
+        deltas: Dict[int, int] = {}
+        for wid in where.pop(pair, ()):
+            word = words[wid]
+            new_word = merge_word(word, left, right, new_id, freqs[wid], deltas)
+            if len(new_word) == len(word):
+                continue  # a stale index entry: the word lost this pair earlier
+            words[wid] = new_word
+            for i in range(len(new_word) - 1):
+                a, b = new_word[i], new_word[i + 1]
+                if a == new_id or b == new_id:
+                    p = (a << PAIR_SHIFT) | b
+                    s = where.get(p)
+                    if s is None:
+                        where[p] = {wid}
+                    else:
+                        s.add(wid)
+        for p, d in deltas.items():
+            if d == 0:
+                continue
+            c = pair_counts.get(p, 0) + d
+            if c > 0:
+                pair_counts[p] = c
+            else:
+                pair_counts.pop(p, None)
+            a, b = p >> PAIR_SHIFT, p & LOW_MASK
+            if (a == new_id or b == new_id) and c > 0:
+                heapq.heappush(heap, (-c, key_of(p, vocab[a], vocab[b]), p))
+        pair_counts.pop(pair, None)
+        done.append((left, right, current))
+        batch.append((left, right, current))
+        new_id += 1
+        if len(batch) >= PROGRESS_EVERY:
+            if on_progress is not None:
+                on_progress(batch, len(done), limit)
+            batch = []
+    if batch and on_progress is not None:
+        on_progress(batch, len(done), limit)
+    return done

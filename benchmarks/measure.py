@@ -1,0 +1,334 @@
+"""Measure one run: wall time, peak RSS of the whole process tree, and RSS over time.
+
+Two ways in, both run the work in a *separate process* so that one measurement never
+inherits the memory of another (or of the harness):
+
+* :func:`measure_command` runs an argv with ``subprocess`` (a CLI, a shell pipeline).
+* :func:`measure_callable` runs a module-level Python function in a fresh interpreter
+  (``python measure.py --child PAYLOAD``); its arguments and return value travel by
+  pickle.  The function may return a dict with ``"seconds"`` -- the time of the phase it
+  cares about, taken inside the process with ``time.perf_counter`` (so interpreter
+  start-up and imports are left out); otherwise the call's own time is used.
+
+While the child runs, a thread in this process samples every ``interval`` seconds (20 ms
+by default) the ``VmRSS`` of the child and of all its descendants (found through the
+parent pid in ``/proc/*/stat``; the tree is re-scanned every ``rescan_every`` samples to
+keep the sampler cheap on a 2-core machine) and records their sum.  The peak of that sum
+is ``tree_peak_rss``.  As a cross-check that also catches peaks shorter than a sampling
+interval, ``wait4`` gives the child's ``ru_maxrss`` (the largest RSS of the child or of
+any descendant it waited for), and ``resource.getrusage(RUSAGE_CHILDREN).ru_maxrss`` is
+read after the run (a high-water mark over every child this harness has waited for, so
+it only says something when it grows).  ``peak_rss`` is the larger of the sampled peak
+and the child's ``ru_maxrss``.  Summing RSS over processes counts shared pages once per
+process, so for multi-process trees the sum is an upper bound.
+
+Only the standard library is used (no psutil).  :func:`plot_rss` draws RSS-over-time
+curves with matplotlib when it is importable and otherwise says it skipped the plot.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import pickle
+import resource
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
+
+MB = 1e6
+PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+
+
+# -- /proc ---------------------------------------------------------------------------
+def _ppid_of(pid: int) -> Optional[int]:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            data = f.read()
+    except OSError:
+        return None
+    # "pid (comm) state ppid ..." -- comm may hold spaces and parentheses.
+    try:
+        return int(data[data.rindex(b")") + 2 :].split(None, 2)[1])
+    except (ValueError, IndexError):
+        return None
+
+
+def process_tree(root: int) -> List[int]:
+    """``root`` and all its live descendants, from the parent pids in ``/proc/*/stat``."""
+    children: Dict[int, List[int]] = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        pid = int(name)
+        ppid = _ppid_of(pid)
+        if ppid is not None:
+            children.setdefault(ppid, []).append(pid)
+    out, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        out.append(pid)
+        todo.extend(children.get(pid, ()))
+    return out
+
+
+def rss_of(pid: int) -> int:
+    """``VmRSS`` of one process in bytes (0 when it is gone or a zombie)."""
+    try:
+        with open(f"/proc/{pid}/status", "rb") as f:
+            for line in f:
+                if line.startswith(b"VmRSS:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError):
+        pass
+    return 0
+
+
+class RssSampler(threading.Thread):
+    """Samples the summed RSS of ``pid``'s process tree until :meth:`stop`."""
+
+    def __init__(self, pid: int, t0: float, interval: float = 0.02, rescan_every: int = 5):
+        super().__init__(daemon=True)
+        self.pid, self.t0, self.interval, self.rescan_every = pid, t0, interval, rescan_every
+        self.samples: List[Tuple[float, int]] = []
+        self.peak = 0
+        self.max_processes = 1
+        self._halt = threading.Event()
+
+    def run(self) -> None:
+        tree = [self.pid]
+        n = 0
+        while not self._halt.is_set():
+            if n % self.rescan_every == 0:
+                tree = process_tree(self.pid)
+                self.max_processes = max(self.max_processes, len(tree))
+            n += 1
+            total = sum(rss_of(p) for p in tree)
+            if total:
+                self.samples.append((time.perf_counter() - self.t0, total))
+                self.peak = max(self.peak, total)
+            self._halt.wait(self.interval)
+
+    def stop(self) -> None:
+        self._halt.set()
+        self.join()
+
+
+# -- results -------------------------------------------------------------------------
+@dataclass
+class Measurement:
+    label: str
+    argv: List[str]
+    returncode: int
+    wall_s: float  # of the whole child process, start-up included
+    seconds: float  # the phase time: wall_s for commands, the in-process time for callables
+    cpu_s: float  # user + system CPU of the child and its waited-for descendants
+    tree_peak_rss: int  # bytes, the peak of the sampled sum over the process tree
+    ru_maxrss: int  # bytes, wait4's ru_maxrss of the child
+    rusage_children_maxrss: int  # bytes, getrusage(RUSAGE_CHILDREN) high-water mark after the run
+    samples: List[Tuple[float, int]] = field(default_factory=list)  # (seconds since start, bytes)
+    max_processes: int = 1
+    stderr_tail: str = ""
+    result: Any = None  # what a callable returned
+
+    @property
+    def peak_rss(self) -> int:
+        return max(self.tree_peak_rss, self.ru_maxrss)
+
+    @property
+    def ok(self) -> bool:
+        return self.returncode == 0
+
+    @property
+    def cores(self) -> float:
+        return self.cpu_s / self.wall_s if self.wall_s > 0 else 0.0
+
+    def summary(self, max_samples: int = 400) -> dict:
+        """A JSON-ready dict; the RSS series is thinned to at most ``max_samples`` points
+        (keeping each stretch's maximum so the peak survives)."""
+        d = asdict(self)
+        d.pop("result", None)
+        d["peak_rss"] = self.peak_rss
+        d["samples"] = thin(self.samples, max_samples)
+        return d
+
+
+def thin(samples: Sequence[Tuple[float, int]], limit: int) -> List[Tuple[float, int]]:
+    if len(samples) <= limit:
+        return [(round(t, 3), r) for t, r in samples]
+    step = len(samples) / limit
+    out = []
+    for i in range(limit):
+        block = samples[int(i * step) : max(int((i + 1) * step), int(i * step) + 1)]
+        t, r = max(block, key=lambda s: s[1])
+        out.append((round(t, 3), r))
+    return out
+
+
+class MeasureError(RuntimeError):
+    pass
+
+
+# -- running ---------------------------------------------------------------------------
+def measure_command(
+    argv: Sequence[str],
+    *,
+    label: Optional[str] = None,
+    stdin: Optional[str] = None,
+    stdout: Optional[str] = None,
+    env: Optional[Dict[str, str]] = None,
+    cwd: Optional[str] = None,
+    interval: float = 0.02,
+    check: bool = True,
+) -> Measurement:
+    """Runs ``argv``; ``stdin``/``stdout`` are file paths (stdout defaults to /dev/null).
+    Stderr is kept (its tail is in the result).  ``check``: raise on a non-zero exit."""
+    argv = [str(a) for a in argv]
+    full_env = dict(os.environ, **(env or {}))
+    with tempfile.TemporaryFile() as err, open(stdin or os.devnull, "rb") as fin, open(stdout or os.devnull, "wb") as fout:
+        t0 = time.perf_counter()
+        proc = subprocess.Popen(argv, stdin=fin, stdout=fout, stderr=err, env=full_env, cwd=cwd)
+        sampler = RssSampler(proc.pid, t0, interval)
+        sampler.start()
+        try:
+            _, status, usage = os.wait4(proc.pid, 0)
+        except BaseException:
+            proc.kill()
+            proc.wait()
+            sampler.stop()
+            raise
+        wall = time.perf_counter() - t0
+        sampler.stop()
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        err.seek(0)
+        tail = err.read()[-4000:].decode("utf-8", "replace")
+    m = Measurement(
+        label=label or os.path.basename(argv[0]),
+        argv=argv,
+        returncode=proc.returncode,
+        wall_s=wall,
+        seconds=wall,
+        cpu_s=usage.ru_utime + usage.ru_stime,
+        tree_peak_rss=sampler.peak,
+        ru_maxrss=usage.ru_maxrss * 1024,
+        rusage_children_maxrss=resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024,
+        samples=sampler.samples,
+        max_processes=sampler.max_processes,
+        stderr_tail=tail,
+    )
+    if check and not m.ok:
+        raise MeasureError(f"{m.label}: exit status {m.returncode}: {' '.join(argv)}\n{tail.strip()}")
+    return m
+
+
+def _function_ref(func: Callable) -> Tuple[str, str]:
+    """(file of the module, qualified name) -- works for functions of a script run as __main__."""
+    module = sys.modules.get(func.__module__)
+    path = getattr(module, "__file__", None)
+    if not path or "<locals>" in func.__qualname__:
+        raise MeasureError(f"{func!r} must be a module-level function of a file (it runs in a fresh interpreter)")
+    return os.path.abspath(path), func.__qualname__
+
+
+def measure_callable(
+    func: Callable,
+    *args,
+    label: Optional[str] = None,
+    env: Optional[Dict[str, str]] = None,
+    interval: float = 0.02,
+    python: Optional[str] = None,
+    **kwargs,
+) -> Measurement:
+    """Runs ``func(*args, **kwargs)`` in a fresh interpreter (same Python unless ``python``)
+    and measures it like :func:`measure_command`; the return value is in ``.result``."""
+    path, qualname = _function_ref(func)
+    with tempfile.TemporaryDirectory(prefix="bench-child-") as tmp:
+        payload = os.path.join(tmp, "payload.pkl")
+        answer = os.path.join(tmp, "result.pkl")
+        with open(payload, "wb") as f:
+            pickle.dump({"path": path, "qualname": qualname, "args": args, "kwargs": kwargs, "answer": answer}, f)
+        argv = [python or sys.executable, os.path.abspath(__file__), "--child", payload]
+        m = measure_command(argv, label=label or qualname, env=env, interval=interval, check=False)
+        if not m.ok or not os.path.exists(answer):
+            raise MeasureError(f"{m.label}: the child failed (exit status {m.returncode})\n{m.stderr_tail.strip()}")
+        with open(answer, "rb") as f:
+            out = pickle.load(f)
+    m.result = out["value"]
+    inner = out["value"].get("seconds") if isinstance(out["value"], dict) else None
+    m.seconds = inner if isinstance(inner, (int, float)) else out["call_seconds"]
+    return m
+
+
+def _child_main(payload_path: str) -> None:
+    with open(payload_path, "rb") as f:
+        job = pickle.load(f)
+    sys.path.insert(0, os.path.dirname(job["path"]))
+    spec = importlib.util.spec_from_file_location("_bench_target", job["path"])
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["_bench_target"] = module
+    spec.loader.exec_module(module)
+    func: Any = module
+    for part in job["qualname"].split("."):
+        func = getattr(func, part)
+    t0 = time.perf_counter()
+    value = func(*job["args"], **job["kwargs"])
+    call_seconds = time.perf_counter() - t0
+    with open(job["answer"], "wb") as f:
+        pickle.dump({"value": value, "call_seconds": call_seconds}, f)
+
+
+# -- plotting --------------------------------------------------------------------------
+_PLOT_WARNED = False
+
+
+def plot_rss(runs: Iterable[Measurement], path: str, title: str = "RSS over time") -> Optional[str]:
+    """One line per run (RSS in MB against seconds since its start); returns the PNG path,
+    or ``None`` (with a message on stderr) when matplotlib is not installed."""
+    global _PLOT_WARNED
+    runs = [r for r in runs if r.samples]
+    if not runs:
+        return None
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        if not _PLOT_WARNED:
+            print("matplotlib is not installed (pip install -e '.[bench]'); skipping the RSS plots", file=sys.stderr)
+            _PLOT_WARNED = True
+        return None
+    fig, ax = plt.subplots(figsize=(9, 5))
+    for r in runs:
+        xs = [t for t, _ in r.samples]
+        ys = [b / MB for _, b in r.samples]
+        ax.plot(xs, ys, label=f"{r.label} (peak {r.peak_rss / MB:,.0f} MB, {r.wall_s:.1f} s)")
+    ax.set_xlabel("seconds since start")
+    ax.set_ylabel("RSS of the process tree (MB)")
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 3 and sys.argv[1] == "--child":
+        _child_main(sys.argv[2])
+    else:
+        # A tiny self-check: python benchmarks/measure.py CMD ARGS...
+        if len(sys.argv) < 2:
+            sys.exit("usage: measure.py COMMAND [ARGS...]")
+        run = measure_command(sys.argv[1:], check=False)
+        print(
+            f"exit {run.returncode}; {run.wall_s:.3f} s wall, {run.cpu_s:.3f} s CPU; peak RSS {run.peak_rss / MB:,.1f} MB "
+            f"(sampled tree {run.tree_peak_rss / MB:,.1f} MB over {len(run.samples)} samples, "
+            f"ru_maxrss {run.ru_maxrss / MB:,.1f} MB)"
+        )

@@ -1,0 +1,275 @@
+"""The work each benchmark row times, run in a fresh interpreter by ``measure.measure_callable``.
+
+Every function here is module-level, takes only picklable arguments (paths, numbers,
+strings) and returns a dict whose ``"seconds"`` is the phase time taken *inside* the
+process with ``time.perf_counter`` -- interpreter start-up, imports and loading the input
+are outside it unless the row says otherwise.  Peers (``tokenizers``, ``tiktoken``,
+``rustbpe``) are imported inside the functions, so this module imports without them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from array import array
+from collections import Counter
+from typing import Iterator, List, Sequence
+
+SPECIAL = "<|endoftext|>"
+SCAN_CHUNK_CHARS = 32_000_000  # the bare regex scan works on pieces of about this size
+
+
+def ids_digest(ids) -> str:
+    """SHA-256 of the ids as little-endian uint32 (the same bytes as ``encode --format u32``)."""
+    arr = ids if isinstance(ids, array) else array("I", ids)
+    if arr.itemsize != 4:
+        arr = array("I", arr)
+    return hashlib.sha256(arr.tobytes()).hexdigest()
+
+
+def read_text(path: str) -> str:
+    with open(path, "r", encoding="utf-8", errors="surrogateescape", newline="") as f:
+        return f.read()
+
+
+def safe_pieces(text: str, size: int) -> Iterator[str]:
+    """Cuts ``text`` into pieces of about ``size`` characters at positions where a
+    non-space is followed by a space: a pretoken boundary for the gpt2 pattern, so the
+    pieces pretokenize exactly as the whole (see performance-notes.md)."""
+    import regex
+
+    cut = regex.compile(r"(?<=\S)\s")
+    start = 0
+    while len(text) - start > size:
+        m = cut.search(text, start + size)
+        if m is None:
+            break
+        yield text[start : m.start()]
+        start = m.start()
+    yield text[start:]
+
+
+def split_specials(text: str, special: str = SPECIAL) -> List[str]:
+    """The text as documents with each special token its own item (ids stay the same)."""
+    out: List[str] = []
+    parts = text.split(special)
+    for i, part in enumerate(parts):
+        if i:
+            out.append(special)
+        if part:
+            out.append(part)
+    return out
+
+
+# -- pretokenization --------------------------------------------------------------------
+def regex_scan(path: str) -> dict:
+    """``Counter(regex.findall(GPT2_PATTERN, text))`` on one core; the read is not timed.
+    Texts longer than SCAN_CHUNK_CHARS are scanned in pieces cut at safe boundaries (same
+    counts, less memory for the list of matches)."""
+    import regex
+
+    from bpe_stream.pretokenize import GPT2_PATTERN
+
+    text = read_text(path)
+    regex.compile(GPT2_PATTERN)
+    t0 = time.perf_counter()
+    if len(text) <= SCAN_CHUNK_CHARS:
+        counts = Counter(regex.findall(GPT2_PATTERN, text))
+    else:
+        counts = Counter()
+        for piece in safe_pieces(text, SCAN_CHUNK_CHARS):
+            counts.update(regex.findall(GPT2_PATTERN, piece))
+    seconds = time.perf_counter() - t0
+    return {"seconds": seconds, "pretokens": sum(counts.values()), "unique": len(counts), "chunked": len(text) > SCAN_CHUNK_CHARS}
+
+
+# -- training ---------------------------------------------------------------------------
+def bpe_train_from_store(store_path: str, vocab_size: int) -> dict:
+    """``bpe_stream.pipeline.train_from_store`` alone (opening the store is not timed)."""
+    from bpe_stream import Store, TrainConfig, train_from_store
+
+    with Store.open(store_path, readonly=True) as st:
+        config = TrainConfig(vocab_size=vocab_size)
+        t0 = time.perf_counter()
+        tok, result = train_from_store(st, config)
+        seconds = time.perf_counter() - t0
+    return {"seconds": seconds, "merges": len(result.merges), "vocab_size": tok.vocab_size}
+
+
+def _reference_merges(path: str):
+    from bpe_stream.formats.printable import from_printable
+
+    out = []
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            if line.strip():
+                left, right = line.rstrip("\n").split(" ")
+                out.append((from_printable(left), from_printable(right)))
+    return out
+
+
+def bpe_train_bpe(path: str, vocab_size: int, specials: Sequence[str], reference_merges: str = "") -> dict:
+    """``bpe_stream.train_bpe`` (CS336's shape: counts the file in memory, then merges)."""
+    from bpe_stream import train_bpe
+
+    t0 = time.perf_counter()
+    vocab, merges = train_bpe(path, vocab_size, list(specials))
+    seconds = time.perf_counter() - t0
+    out = {"seconds": seconds, "merges": len(merges), "vocab_size": len(vocab)}
+    if reference_merges:
+        out["matches_reference_merges"] = merges == _reference_merges(reference_merges)
+    return out
+
+
+def iter_documents(path: str, special: str = SPECIAL, block: int = 1 << 20) -> Iterator[str]:
+    """The file's text between special tokens, read in blocks (the special token itself is
+    dropped, as ``bpe-stream count --special-token`` drops it)."""
+    with open(path, "r", encoding="utf-8", errors="surrogateescape", newline="") as f:
+        pending = ""
+        while True:
+            data = f.read(block)
+            if not data:
+                break
+            pending += data
+            parts = pending.split(special)
+            pending = parts.pop()
+            for part in parts:
+                if part:
+                    yield part
+        if pending:
+            yield pending
+
+
+def rustbpe_train(path: str, vocab_size: int, specials: Sequence[str]) -> dict:
+    """rustbpe from an iterator of documents (the file split at the special token); its
+    vocabulary has no special tokens, so it learns ``vocab_size - len(specials)`` tokens to
+    make as many merges as the others.  Reading the file is timed (it is streamed)."""
+    import rustbpe
+
+    from bpe_stream.pretokenize import GPT2_PATTERN
+
+    tok = rustbpe.Tokenizer()
+    t0 = time.perf_counter()
+    tok.train_from_iterator(iter_documents(path), vocab_size - len(specials), pattern=GPT2_PATTERN)
+    seconds = time.perf_counter() - t0
+    return {"seconds": seconds, "vocab_size": tok.vocab_size, "merges": tok.vocab_size - 256}
+
+
+def hf_train(paths: Sequence[str], vocab_size: int, specials: Sequence[str]) -> dict:
+    """HF ``tokenizers``: BPE + ByteLevel pre-tokenizer (GPT-2 regex), BpeTrainer with the
+    256 bytes as initial alphabet, trained from the files (HF reads them line by line)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=list(specials),
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    t0 = time.perf_counter()
+    tok.train(list(paths), trainer)
+    seconds = time.perf_counter() - t0
+    size = tok.get_vocab_size()
+    return {"seconds": seconds, "vocab_size": size, "merges": size - 256 - len(specials)}
+
+
+# -- encoding ---------------------------------------------------------------------------
+def bpe_encode(tokenizer: str, path: str, mode: str = "encode") -> dict:
+    """``Tokenizer.encode(text)`` on the whole text already in memory (``mode="encode"``),
+    or ``encode_iterable`` over the file's lines (``"iterable"``: the read is timed)."""
+    from bpe_stream import Tokenizer
+
+    tok = Tokenizer.load(tokenizer)
+    if mode == "encode":
+        text = read_text(path)
+        t0 = time.perf_counter()
+        ids = tok.encode(text)
+        seconds = time.perf_counter() - t0
+        arr = array("I", ids)
+    elif mode == "iterable":
+        arr = array("I")
+        t0 = time.perf_counter()
+        with open(path, "r", encoding="utf-8", errors="surrogateescape", newline="") as f:
+            arr.extend(tok.encode_iterable(f))
+        seconds = time.perf_counter() - t0
+    else:
+        raise ValueError(f"unknown mode {mode!r}")
+    return {"seconds": seconds, "tokens": len(arr), "digest": ids_digest(arr)}
+
+
+def tiktoken_encoding(tokenizer: str):
+    """A ``tiktoken.Encoding`` with our vocabulary: ranks = our ids for the non-special
+    tokens, our pattern, our special tokens."""
+    import tiktoken
+
+    from bpe_stream import Tokenizer
+
+    tok = Tokenizer.load(tokenizer)
+    special_ids = set(tok.special_ids.values())
+    ranks = {data: tid for tid, data in tok.vocab.items() if tid not in special_ids}
+    return tiktoken.Encoding(
+        name="bpe-stream-bench",
+        pat_str=tok.pretokenizer.pattern,
+        mergeable_ranks=ranks,
+        special_tokens=dict(tok.special_ids),
+    )
+
+
+def tiktoken_encode(tokenizer: str, path: str) -> dict:
+    """tiktoken ``Encoding.encode`` (one thread) on the whole text in memory."""
+    t0 = time.perf_counter()
+    enc = tiktoken_encoding(tokenizer)
+    build = time.perf_counter() - t0
+    text = read_text(path)
+    t0 = time.perf_counter()
+    ids = enc.encode(text, allowed_special="all")
+    seconds = time.perf_counter() - t0
+    return {"seconds": seconds, "build_seconds": build, "tokens": len(ids), "digest": ids_digest(ids)}
+
+
+def hf_tokenizer(tokenizer: str):
+    """An HF ``tokenizers.Tokenizer`` with our vocabulary and merges (GPT-2 printable form),
+    the ByteLevel pre-tokenizer (the GPT-2 regex) and our special tokens."""
+    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
+
+    from bpe_stream import Tokenizer as BpeTokenizer
+    from bpe_stream.formats.printable import to_printable
+
+    tok = BpeTokenizer.load(tokenizer)
+    special_ids = set(tok.special_ids.values())
+    vocab = {to_printable(data): tid for tid, data in tok.vocab.items() if tid not in special_ids}
+    for text, sid in tok.special_ids.items():
+        vocab.setdefault(text, sid)
+    merges = [(to_printable(tok.vocab[a]), to_printable(tok.vocab[b])) for a, b, _ in tok.merges]
+    hf = Tokenizer(models.BPE(vocab=vocab, merges=merges))
+    hf.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    hf.decoder = decoders.ByteLevel()
+    hf.add_special_tokens([AddedToken(text, special=True, normalized=False) for text in tok.special_ids])
+    return hf
+
+
+def hf_encode(tokenizer: str, path: str, batch: bool = False) -> dict:
+    """HF ``encode`` per document in a loop (run it with RAYON_NUM_THREADS=1 for one
+    thread), or ``encode_batch`` of all documents (``batch``: all cores)."""
+    t0 = time.perf_counter()
+    hf = hf_tokenizer(tokenizer)
+    build = time.perf_counter() - t0
+    docs = split_specials(read_text(path))
+    arr = array("I")
+    t0 = time.perf_counter()
+    if batch:
+        for enc in hf.encode_batch(docs, add_special_tokens=False):
+            arr.extend(enc.ids)
+    else:
+        for doc in docs:
+            arr.extend(hf.encode(doc, add_special_tokens=False).ids)
+    seconds = time.perf_counter() - t0
+    return {"seconds": seconds, "build_seconds": build, "tokens": len(arr), "digest": ids_digest(arr)}
+
+
+def file_digest(path: str) -> str:
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()

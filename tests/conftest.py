@@ -1,0 +1,134 @@
+"""Shared fixtures: where the reference data is, temporary stores, and two ways to run the CLI.
+
+* ``cli``: typer's ``CliRunner`` on ``bpe_stream.cli.app`` (fast, in process; stdin as bytes).
+* ``bpe``: the real entry point in a subprocess (``python -m bpe_stream.cli``), for checks on
+  the exact bytes written to stdout and on the exit status a shell sees.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+REPO = Path(__file__).resolve().parent.parent
+DATA = REPO.parent / "shared" / "data"
+CS336 = DATA / "cs336"
+
+TIKTOKEN_GPT2_ENCODER = "6c7ea1a7e38e3a7f062df639a5b80947f075ffe6"
+TIKTOKEN_GPT2_BPE = "6d1cbeee0f20b3d9449abfede4726ed8212e3aee"
+
+
+@pytest.fixture(scope="session")
+def data_dir() -> Path:
+    if not CS336.is_dir():
+        pytest.fail(f"reference data missing at {DATA} (expected ../shared/data from the repo root)")
+    return DATA
+
+
+@pytest.fixture(scope="session")
+def cs336(data_dir) -> Path:
+    return data_dir / "cs336"
+
+
+@pytest.fixture
+def store_dir(tmp_path) -> Path:
+    """A path for a new store (not created yet)."""
+    return tmp_path / "store"
+
+
+class CliResult:
+    def __init__(self, exit_code: int, stdout: bytes, stderr: str, exception=None):
+        self.exit_code = exit_code
+        self.stdout = stdout
+        self.stderr = stderr
+        self.exception = exception
+
+    def __repr__(self):
+        return f"CliResult(exit={self.exit_code}, stdout={self.stdout[:200]!r}, stderr={self.stderr[:500]!r}, exc={self.exception!r})"
+
+
+@pytest.fixture
+def cli(tmp_path, monkeypatch):
+    """``cli(*args, input=b"...")`` runs the CLI in process (cwd = a temp dir)."""
+    from bpe_stream.cli import app
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("BPE_STREAM_STORE", raising=False)
+    runner = CliRunner()
+
+    def run(*args, input: bytes = b"", env=None) -> CliResult:
+        res = runner.invoke(app, [str(a) for a in args], input=input, env=env)
+        return CliResult(res.exit_code, res.stdout_bytes, res.stderr, res.exception)
+
+    return run
+
+
+@pytest.fixture
+def bpe(tmp_path):
+    """``bpe(*args, input=b"...")`` runs ``python -m bpe_stream.cli`` in a subprocess."""
+
+    def run(*args, input: bytes = b"", cwd=None, env=None) -> subprocess.CompletedProcess:
+        full_env = dict(os.environ)
+        full_env.pop("BPE_STREAM_STORE", None)
+        full_env["PYTHONPATH"] = str(REPO) + os.pathsep + full_env.get("PYTHONPATH", "")
+        if env:
+            full_env.update(env)
+        return subprocess.run(
+            [sys.executable, "-m", "bpe_stream.cli", *[str(a) for a in args]],
+            input=input, capture_output=True, cwd=str(cwd or tmp_path), env=full_env, timeout=300,
+        )
+
+    return run
+
+
+def assert_user_error(stderr, exit_code):
+    """Exit 1 with exactly one ``Error: ...`` line and no traceback."""
+    text = stderr.decode("utf-8", "replace") if isinstance(stderr, bytes) else stderr
+    assert exit_code == 1, (exit_code, text)
+    lines = [l for l in text.splitlines() if l.strip()]
+    assert len(lines) == 1, text
+    assert lines[0].startswith("Error: "), text
+    assert "Traceback" not in text
+
+
+@pytest.fixture(scope="session")
+def tiktoken_gpt2(tmp_path_factory, cs336):
+    """tiktoken's ``gpt2`` loaded offline from the CS336 files (see ../shared/data/README.md)."""
+    tiktoken = pytest.importorskip("tiktoken")
+    cache = tmp_path_factory.mktemp("tiktoken-cache")
+    (cache / TIKTOKEN_GPT2_ENCODER).write_bytes((cs336 / "gpt2_vocab.json").read_bytes())
+    (cache / TIKTOKEN_GPT2_BPE).write_bytes(b"#version: 0.2\n" + (cs336 / "gpt2_merges.txt").read_bytes())
+    old = os.environ.get("TIKTOKEN_CACHE_DIR")
+    os.environ["TIKTOKEN_CACHE_DIR"] = str(cache)
+    try:
+        enc = tiktoken.get_encoding("gpt2")
+    finally:
+        if old is None:
+            os.environ.pop("TIKTOKEN_CACHE_DIR", None)
+        else:
+            os.environ["TIKTOKEN_CACHE_DIR"] = old
+    return enc
+
+
+@pytest.fixture(scope="session")
+def gpt2_tokenizer(cs336):
+    from bpe_stream import Tokenizer
+
+    return Tokenizer.from_files(cs336 / "gpt2_vocab.json", cs336 / "gpt2_merges.txt", ["<|endoftext|>"])
+
+
+def tiktoken_pattern(name: str) -> str:
+    """tiktoken's ``pat_str`` for ``cl100k_base``/``o200k_base`` without loading the ranks (no network)."""
+    import tiktoken_ext.openai_public as public
+
+    original = public.load_tiktoken_bpe
+    public.load_tiktoken_bpe = lambda *a, **k: {}
+    try:
+        return getattr(public, name)()["pat_str"]
+    finally:
+        public.load_tiktoken_bpe = original
