@@ -14,13 +14,22 @@ While the child runs, a thread in this process samples every ``interval`` second
 by default) the ``VmRSS`` of the child and of all its descendants (found through the
 parent pid in ``/proc/*/stat``; the tree is re-scanned every ``rescan_every`` samples to
 keep the sampler cheap on a 2-core machine) and records their sum.  The peak of that sum
-is ``tree_peak_rss``.  As a cross-check that also catches peaks shorter than a sampling
-interval, ``wait4`` gives the child's ``ru_maxrss`` (the largest RSS of the child or of
-any descendant it waited for), and ``resource.getrusage(RUSAGE_CHILDREN).ru_maxrss`` is
-read after the run (a high-water mark over every child this harness has waited for, so
-it only says something when it grows).  ``peak_rss`` is the larger of the sampled peak
-and the child's ``ru_maxrss``.  Summing RSS over processes counts shared pages once per
-process, so for multi-process trees the sum is an upper bound.
+is ``tree_peak_rss``.  Each sample also reads ``VmHWM``, the kernel's own peak RSS of
+the process (monotonic, so it catches spikes shorter than a sampling interval; exec resets
+it); ``vm_hwm`` is the largest last-sampled VmHWM of any one process of the tree.
+``peak_rss`` is the larger of ``tree_peak_rss`` and ``vm_hwm``.
+
+The ``getrusage`` cross-checks are recorded too, with a caveat: ``wait4`` gives the
+child's ``ru_maxrss`` and ``resource.getrusage(RUSAGE_CHILDREN).ru_maxrss`` is read after
+the run (a high-water mark over every child this harness has waited for), but Linux folds
+the peak RSS of the address space a child had *before* its exec -- the harness's, shared
+through fork/vfork -- into that figure, so it is never below the harness's own peak RSS
+(recorded as ``harness_maxrss``).  The harness therefore keeps itself small (it streams
+files instead of loading them), and ``ru_maxrss`` is only trusted when it is above that
+floor.  Summing RSS over processes counts shared pages once per
+process, so for multi-process trees (a fork pool) the sum is an upper bound; for those the
+sampler also reads the summed ``Pss`` from ``/proc/PID/smaps_rollup`` every ~200 ms
+(``tree_peak_pss``), which splits shared pages among the processes that map them.
 
 Only the standard library is used (no psutil).  :func:`plot_rss` draws RSS-over-time
 curves with matplotlib when it is importable and otherwise says it skipped the plot.
@@ -41,7 +50,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 MB = 1e6
-PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
 # -- /proc ---------------------------------------------------------------------------
@@ -76,38 +85,79 @@ def process_tree(root: int) -> List[int]:
     return out
 
 
-def rss_of(pid: int) -> int:
-    """``VmRSS`` of one process in bytes (0 when it is gone or a zombie)."""
+def rss_of(pid: int) -> Tuple[int, int]:
+    """``(VmRSS, VmHWM)`` of one process in bytes ((0, 0) when it is gone or a zombie).
+    VmHWM is the peak RSS of the process's current address space (reset by exec)."""
+    rss = hwm = 0
     try:
         with open(f"/proc/{pid}/status", "rb") as f:
             for line in f:
-                if line.startswith(b"VmRSS:"):
+                if line.startswith(b"VmHWM:"):
+                    hwm = int(line.split()[1]) * 1024
+                elif line.startswith(b"VmRSS:"):
+                    rss = int(line.split()[1]) * 1024
+                    break
+    except (OSError, ValueError):
+        pass
+    return rss, hwm
+
+
+def pss_of(pid: int) -> int:
+    """``Pss`` of one process in bytes, from ``/proc/PID/smaps_rollup`` (0 if unreadable)."""
+    try:
+        with open(f"/proc/{pid}/smaps_rollup", "rb") as f:
+            for line in f:
+                if line.startswith(b"Pss:"):
                     return int(line.split()[1]) * 1024
     except (OSError, ValueError):
         pass
     return 0
 
 
+def busy_cpu_seconds() -> float:
+    """CPU seconds all cores of the machine have spent not idle since boot (``/proc/stat``)."""
+    try:
+        with open("/proc/stat", "rb") as f:
+            fields = [int(x) for x in f.readline().split()[1:]]
+    except (OSError, ValueError):
+        return 0.0
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
+    return (sum(fields[:8]) - idle) / CLK_TCK
+
+
 class RssSampler(threading.Thread):
     """Samples the summed RSS of ``pid``'s process tree until :meth:`stop`."""
 
-    def __init__(self, pid: int, t0: float, interval: float = 0.02, rescan_every: int = 5):
+    def __init__(self, pid: int, t0: float, interval: float = 0.02, rescan_every: int = 5, pss_every: int = 10):
         super().__init__(daemon=True)
-        self.pid, self.t0, self.interval, self.rescan_every = pid, t0, interval, rescan_every
+        self.pid, self.t0, self.interval = pid, t0, interval
+        self.rescan_every, self.pss_every = rescan_every, pss_every
         self.samples: List[Tuple[float, int]] = []
         self.peak = 0
+        self.peak_pss = 0  # only sampled while the tree has more than one process
+        self.hwm: Dict[int, int] = {}  # pid -> VmHWM at its last sample (the last one is after exec)
         self.max_processes = 1
         self._halt = threading.Event()
 
     def run(self) -> None:
         tree = [self.pid]
-        n = 0
+        n, last_pss = 0, -self.pss_every
         while not self._halt.is_set():
             if n % self.rescan_every == 0:
                 tree = process_tree(self.pid)
                 self.max_processes = max(self.max_processes, len(tree))
+            # PSS shares pages among the processes that map them (fair for fork pools);
+            # smaps_rollup costs milliseconds, so only for trees of several processes, rarely.
+            if len(tree) > 1 and n - last_pss >= self.pss_every:
+                last_pss = n
+                self.peak_pss = max(self.peak_pss, sum(pss_of(p) for p in tree))
             n += 1
-            total = sum(rss_of(p) for p in tree)
+            total = 0
+            for p in tree:
+                rss, hwm = rss_of(p)
+                total += rss
+                if hwm:
+                    self.hwm[p] = hwm
             if total:
                 self.samples.append((time.perf_counter() - self.t0, total))
                 self.peak = max(self.peak, total)
@@ -128,16 +178,21 @@ class Measurement:
     seconds: float  # the phase time: wall_s for commands, the in-process time for callables
     cpu_s: float  # user + system CPU of the child and its waited-for descendants
     tree_peak_rss: int  # bytes, the peak of the sampled sum over the process tree
-    ru_maxrss: int  # bytes, wait4's ru_maxrss of the child
+    vm_hwm: int  # bytes, the largest VmHWM (kernel's peak RSS) of any one process of the tree, as last sampled
+    ru_maxrss: int  # bytes, wait4's ru_maxrss of the child (see the module docstring for its caveat)
     rusage_children_maxrss: int  # bytes, getrusage(RUSAGE_CHILDREN) high-water mark after the run
     samples: List[Tuple[float, int]] = field(default_factory=list)  # (seconds since start, bytes)
     max_processes: int = 1
+    tree_peak_pss: int = 0  # bytes, sampled every ~200 ms while the tree had several processes (else 0)
+    harness_maxrss: int = 0  # bytes, this process's own peak RSS when the run ended (ru_maxrss's floor)
+    others_cpu_s: float = 0.0  # CPU the rest of the machine used meanwhile (noise; this harness excluded)
+    loadavg: float = 0.0  # 1-minute load average when the run started
     stderr_tail: str = ""
     result: Any = None  # what a callable returned
 
     @property
     def peak_rss(self) -> int:
-        return max(self.tree_peak_rss, self.ru_maxrss)
+        return max(self.tree_peak_rss, self.vm_hwm)
 
     @property
     def ok(self) -> bool:
@@ -147,12 +202,19 @@ class Measurement:
     def cores(self) -> float:
         return self.cpu_s / self.wall_s if self.wall_s > 0 else 0.0
 
+    @property
+    def others_cores(self) -> float:
+        """Cores the rest of the machine kept busy during the run, on average."""
+        return self.others_cpu_s / self.wall_s if self.wall_s > 0 else 0.0
+
     def summary(self, max_samples: int = 400) -> dict:
         """A JSON-ready dict; the RSS series is thinned to at most ``max_samples`` points
         (keeping each stretch's maximum so the peak survives)."""
         d = asdict(self)
         d.pop("result", None)
         d["peak_rss"] = self.peak_rss
+        d["cores"] = self.cores
+        d["others_cores"] = self.others_cores
         d["samples"] = thin(self.samples, max_samples)
         return d
 
@@ -189,7 +251,9 @@ def measure_command(
     Stderr is kept (its tail is in the result).  ``check``: raise on a non-zero exit."""
     argv = [str(a) for a in argv]
     full_env = dict(os.environ, **(env or {}))
+    load = os.getloadavg()[0]
     with tempfile.TemporaryFile() as err, open(stdin or os.devnull, "rb") as fin, open(stdout or os.devnull, "wb") as fout:
+        busy0, self0 = busy_cpu_seconds(), resource.getrusage(resource.RUSAGE_SELF)
         t0 = time.perf_counter()
         proc = subprocess.Popen(argv, stdin=fin, stdout=fout, stderr=err, env=full_env, cwd=cwd)
         sampler = RssSampler(proc.pid, t0, interval)
@@ -202,7 +266,9 @@ def measure_command(
             sampler.stop()
             raise
         wall = time.perf_counter() - t0
+        busy1, self1 = busy_cpu_seconds(), resource.getrusage(resource.RUSAGE_SELF)
         sampler.stop()
+        own = (self1.ru_utime - self0.ru_utime) + (self1.ru_stime - self0.ru_stime)
         proc.returncode = os.waitstatus_to_exitcode(status)
         err.seek(0)
         tail = err.read()[-4000:].decode("utf-8", "replace")
@@ -214,10 +280,15 @@ def measure_command(
         seconds=wall,
         cpu_s=usage.ru_utime + usage.ru_stime,
         tree_peak_rss=sampler.peak,
+        vm_hwm=max(sampler.hwm.values(), default=0),
         ru_maxrss=usage.ru_maxrss * 1024,
         rusage_children_maxrss=resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024,
         samples=sampler.samples,
         max_processes=sampler.max_processes,
+        tree_peak_pss=sampler.peak_pss,
+        others_cpu_s=max(0.0, (busy1 - busy0) - own - (usage.ru_utime + usage.ru_stime)),
+        loadavg=load,
+        harness_maxrss=self1.ru_maxrss * 1024,
         stderr_tail=tail,
     )
     if check and not m.ok:
@@ -329,6 +400,7 @@ if __name__ == "__main__":
         run = measure_command(sys.argv[1:], check=False)
         print(
             f"exit {run.returncode}; {run.wall_s:.3f} s wall, {run.cpu_s:.3f} s CPU; peak RSS {run.peak_rss / MB:,.1f} MB "
-            f"(sampled tree {run.tree_peak_rss / MB:,.1f} MB over {len(run.samples)} samples, "
-            f"ru_maxrss {run.ru_maxrss / MB:,.1f} MB)"
+            f"(sampled tree {run.tree_peak_rss / MB:,.1f} MB over {len(run.samples)} samples, up to {run.max_processes} "
+            f"processes; VmHWM {run.vm_hwm / MB:,.1f} MB; ru_maxrss {run.ru_maxrss / MB:,.1f} MB, "
+            f"harness {run.harness_maxrss / MB:,.1f} MB)"
         )

@@ -81,6 +81,7 @@ class Row:
     seconds: Optional[float] = None
     peak_rss_mb: Optional[float] = None
     cores: Optional[float] = None  # CPU seconds / wall seconds of the process
+    others: Optional[float] = None  # cores the rest of the machine kept busy meanwhile (noise)
     baseline: bool = False
     ratio: Optional[float] = None  # seconds / baseline seconds of the section
     rss_ratio: Optional[float] = None  # peak RSS / baseline peak RSS
@@ -89,6 +90,9 @@ class Row:
     cpu_s: Optional[float] = None
     ru_maxrss_mb: Optional[float] = None
     tree_peak_rss_mb: Optional[float] = None
+    vm_hwm_mb: Optional[float] = None  # the largest VmHWM of one process of the tree
+    tree_peak_pss_mb: Optional[float] = None  # only for multi-process trees
+    processes: Optional[int] = None  # the most processes seen in the tree at once
     run: Optional[str] = None  # label of the measurement in the section's "runs"
     error: Optional[str] = None
     extra: dict = field(default_factory=dict)
@@ -109,8 +113,9 @@ def row_from(section: str, tool: str, phase: str, how: str, m: Measurement, mb: 
     return Row(
         section=section, tool=tool, phase=phase, how=how, mb=mb,
         seconds=m.seconds if seconds is None else seconds,
-        peak_rss_mb=m.peak_rss / MB, cores=m.cores, all_seconds=list(getattr(m, "all_seconds", [m.seconds])),
+        peak_rss_mb=m.peak_rss / MB, cores=m.cores, others=m.others_cores, all_seconds=list(getattr(m, "all_seconds", [m.seconds])),
         wall_s=m.wall_s, cpu_s=m.cpu_s, ru_maxrss_mb=m.ru_maxrss / MB, tree_peak_rss_mb=m.tree_peak_rss / MB,
+        vm_hwm_mb=m.vm_hwm / MB, tree_peak_pss_mb=(m.tree_peak_pss / MB) if m.tree_peak_pss else None, processes=m.max_processes,
         run=m.label, **kw,
     )
 
@@ -121,6 +126,7 @@ class Context:
         self.args = args
         self.quick = args.quick
         self.repeat = max(1, args.repeat)
+        self.min_repeat = 1  # a section with sub-second runs raises it (cheap, and less noise)
         self.tmp = Path(tempfile.mkdtemp(prefix="bpe-bench-", dir=args.tmp))
         self.bpe = bpe_cli()
         self.stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
@@ -140,19 +146,25 @@ class Context:
         """The first ``nbytes`` of ``source`` (cut back to the last newline), as a temp file."""
         key = (str(source), nbytes)
         if key not in self._prefixes:
-            with open(source, "rb") as f:
-                data = f.read(nbytes)
-            if len(data) == nbytes and b"\n" in data:
-                data = data[: data.rindex(b"\n") + 1]
             out = self.tmp / f"{source.stem}.prefix-{nbytes // 1_000_000}MB.txt"
-            out.write_bytes(data)
+            # streamed in blocks: the harness stays small (children's ru_maxrss include its peak)
+            with open(source, "rb") as f, open(out, "wb") as g:
+                left = nbytes
+                while left > 0:
+                    block = f.read(min(left, 1 << 20))
+                    if not block:
+                        break
+                    left -= len(block)
+                    if left == 0 and b"\n" in block:
+                        block = block[: block.rindex(b"\n") + 1]  # end on a whole line
+                    g.write(block)
             self._prefixes[key] = out
         return self._prefixes[key]
 
     # measuring with --repeat: keep the fastest run, remember every time
     def best(self, make: Callable[[], Measurement], setup: Optional[Callable[[], None]] = None) -> Measurement:
         best, times = None, []
-        for _ in range(self.repeat):
+        for _ in range(max(self.repeat, self.min_repeat)):
             if setup:
                 setup()
             m = make()
@@ -223,26 +235,43 @@ class Section:
         except MeasureError as exc:
             self.note(f"{tool} {phase} failed: {str(exc).splitlines()[0]}")
             return self.add(Row(self.name, tool, phase, how, mb=mb, error=str(exc)[-2000:]))
+        kw.setdefault("extra", dict(m.result) if isinstance(m.result, dict) else {})
         return self.add(row_from(self.name, tool, phase, how, m, mb, **kw), m)
 
     def finish(self) -> dict:
+        seen = set()
+        for r in self.rows:
+            key = (r.processes, r.tree_peak_rss_mb)  # a combined row repeats its part's figures
+            if r.processes and r.processes > 1 and key not in seen:
+                seen.add(key)
+                self.note(
+                    f"{r.run} ran as up to {r.processes} processes: summed RSS peak {r.tree_peak_rss_mb:,.0f} MB counts "
+                    f"pages shared by forked workers once per process; summed PSS peak "
+                    f"{fmt(r.tree_peak_pss_mb, ',.0f')} MB; largest single process {r.vm_hwm_mb:,.0f} MB (VmHWM)"
+                )
         base = next((r for r in self.rows if r.baseline and r.seconds), None)
         for r in self.rows:
             if base and r.seconds:
                 r.ratio = r.seconds / base.seconds
             if base and base.peak_rss_mb and r.peak_rss_mb:
                 r.rss_ratio = r.peak_rss_mb / base.peak_rss_mb
-        if self.runs:
-            png = self.ctx.results_dir / f"rss-{self.ctx.stamp}-{self.name}.png"
-            self.plot = measure.plot_rss(self.runs, str(png), f"{self.name}: RSS of each run's process tree")
         return {
             **self.info,
             "baseline": f"{base.tool} {base.phase} ({base.how})" if base else None,
             "rows": [r.to_json() for r in self.rows],
             "runs": [m.summary() for m in self.runs],
             "notes": self.notes,
-            "plot": os.path.relpath(self.plot, REPO) if self.plot else None,
+            "plot": None,
         }
+
+    def draw(self) -> Optional[str]:
+        """The RSS PNG; called after every section has run (matplotlib would grow the
+        harness, and a child's ru_maxrss includes the harness's peak)."""
+        if not self.runs:
+            return None
+        png = self.ctx.results_dir / f"rss-{self.ctx.stamp}-{self.name}.png"
+        plot = measure.plot_rss(self.runs, str(png), f"{self.name}: RSS of each run's process tree")
+        return os.path.relpath(plot, REPO) if plot else None
 
 
 def concat(label: str, runs: Sequence[Measurement]) -> Measurement:
@@ -255,9 +284,12 @@ def concat(label: str, runs: Sequence[Measurement]) -> Measurement:
     out = Measurement(
         label=label, argv=[], returncode=max(m.returncode for m in runs),
         wall_s=sum(m.wall_s for m in runs), seconds=sum(m.seconds for m in runs), cpu_s=sum(m.cpu_s for m in runs),
-        tree_peak_rss=max(m.tree_peak_rss for m in runs), ru_maxrss=max(m.ru_maxrss for m in runs),
+        tree_peak_rss=max(m.tree_peak_rss for m in runs), vm_hwm=max(m.vm_hwm for m in runs),
+        ru_maxrss=max(m.ru_maxrss for m in runs), harness_maxrss=max(m.harness_maxrss for m in runs),
         rusage_children_maxrss=max(m.rusage_children_maxrss for m in runs), samples=samples,
         max_processes=max(m.max_processes for m in runs), stderr_tail=first.stderr_tail,
+        tree_peak_pss=max(m.tree_peak_pss for m in runs), others_cpu_s=sum(m.others_cpu_s for m in runs),
+        loadavg=first.loadavg,
     )
     out.all_seconds = [sum(m.seconds for m in runs)]
     return out
@@ -292,7 +324,15 @@ def section_train_small(ctx: Context) -> Section:
     vocab = 500
     store = ctx.tmp / "small-store"
     out = ctx.tmp / "small-tokenizer.json"
-    s.info.update(corpus=str(corpus), vocab_size=vocab, mb=mb)
+    s.info.update(corpus=str(corpus), vocab_size=vocab, mb=mb, repeats=max(ctx.repeat, 3))
+    ctx.min_repeat = 3  # every run here is well under a second: keep the fastest of 3
+    try:
+        return _train_small(ctx, s, corpus, reference, mb, vocab, store, out)
+    finally:
+        ctx.min_repeat = 1
+
+
+def _train_small(ctx, s, corpus, reference, mb, vocab, store, out) -> Section:
 
     m = ctx.cmd("bpe-stream --version", [*ctx.bpe, "--version"])
     s.add(row_from(s.name, "bpe-stream", "CLI start-up (--version)", "CLI wall", m, None), m)
@@ -344,13 +384,17 @@ def section_count(ctx: Context) -> Section:
     ctx.count_store = (text, store)
     scan = ctx.fn("regex scan", W.regex_scan, str(text))
     s.add(row_from(s.name, "regex", "Counter(findall(GPT2)) 1 core", "in-process", scan, mb, extra=scan.result), scan)
+    # per core = per CPU-second, which a busy machine distorts less than wall time
     bpe_per_cpu = mb / count.cpu_s if count.cpu_s else 0
-    scan_mb_s = mb / scan.seconds
-    s.info.update(bpe_mb_per_cpu_second=bpe_per_cpu, regex_mb_s_one_core=scan_mb_s)
+    scan_cpu = scan.result.get("cpu_seconds") or scan.seconds
+    scan_per_cpu = mb / scan_cpu
+    s.info.update(bpe_mb_per_cpu_second=bpe_per_cpu, regex_mb_per_cpu_second=scan_per_cpu,
+                  per_core_ratio=bpe_per_cpu / scan_per_cpu)
     s.note(
         f"per core: bpe-stream count {mb / count.wall_s:.2f} MB/s wall on {count.cores:.2f} cores = "
-        f"{bpe_per_cpu:.2f} MB per CPU-second; bare regex {scan_mb_s:.2f} MB/s on one core; "
-        f"bpe-stream per core / regex = {bpe_per_cpu / scan_mb_s:.2f}"
+        f"{bpe_per_cpu:.2f} MB per CPU-second (whole process tree, start-up included); bare regex "
+        f"{mb / scan.seconds:.2f} MB/s wall, {scan_per_cpu:.2f} MB per CPU-second; "
+        f"bpe-stream per core / regex per core = {bpe_per_cpu / scan_per_cpu:.2f}"
     )
     if summary:
         s.note(f"pretokens: bpe-stream {summary['pretokens']:,} ({summary['new_unique']:,} unique), "
@@ -467,13 +511,15 @@ def fmt(value, spec: str, empty: str = "-") -> str:
 
 
 def table(sections: Dict[str, dict]) -> str:
-    head = ("tool", "phase", "how", "MB", "seconds", "MB/s", "cores", "peak RSS MB", "time/bpe")
+    head = ("tool", "phase", "how", "MB", "seconds", "MB/s", "cores", "others", "peak RSS MB", "time/bpe")
     lines = []
     for name, sec in sections.items():
         if "rows" not in sec:
-            lines.append([f"[{name}]", sec.get("skipped") or f"ERROR: {sec.get('error', '').splitlines()[0]}", "", "", "", "", "", "", ""])
+            lines.append([f"[{name}]", sec.get("skipped") or f"ERROR: {(sec.get('error') or 'unknown').splitlines()[0]}"])
             continue
-        lines.append([f"[{name}]", f"baseline *: {sec.get('baseline')}", "", "", "", "", "", "", ""])
+        load = sec.get("loadavg_start")
+        lines.append([f"[{name}]", f"baseline *: {sec.get('baseline')}"
+                      + (f"; load average at start {load[0]:.2f}" if load else "")])
         for r in sec["rows"]:
             lines.append([
                 ("* " if r["baseline"] else "  ") + r["tool"],
@@ -483,18 +529,20 @@ def table(sections: Dict[str, dict]) -> str:
                 "failed" if r["error"] else fmt(r["seconds"], ".3f"),
                 fmt(r["mb_s"], ".2f"),
                 fmt(r["cores"], ".2f"),
+                fmt(r["others"], ".2f"),
                 fmt(r["peak_rss_mb"], ",.0f"),
                 fmt(r["ratio"], ".2f"),
             ])
-    widths = [max(len(head[i]), *(len(l[i]) for l in lines if not l[0].startswith("["))) for i in range(len(head))]
-    right = {3, 4, 5, 6, 7, 8}
+    cells = [line for line in lines if not line[0].startswith("[")]
+    widths = [max([len(head[i])] + [len(line[i]) for line in cells]) for i in range(len(head))]
+    right = {3, 4, 5, 6, 7, 8, 9}
 
-    def render(cells):
-        return "  ".join(c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(cells, widths)))
+    def render(row):
+        return "  ".join(row[i].rjust(w) if i in right else row[i].ljust(w) for i, w in enumerate(widths))
 
     out = [render(head), render(["-" * w for w in widths])]
-    for l in lines:
-        out.append(f"{l[0]} {l[1]}" if l[0].startswith("[") else render(l))
+    for line in lines:
+        out.append(f"{line[0]} {line[1]}" if line[0].startswith("[") else render(line))
     return "\n".join(out)
 
 
@@ -519,7 +567,7 @@ def machine() -> dict:
     }
     try:
         with open("/proc/cpuinfo") as f:
-            info["cpu"] = next((l.split(":", 1)[1].strip() for l in f if l.startswith("model name")), None)
+            info["cpu"] = next((x.split(":", 1)[1].strip() for x in f if x.startswith("model name")), None)
         with open("/proc/meminfo") as f:
             info["mem_total_mb"] = int(f.readline().split()[1]) * 1024 / MB
     except OSError:
@@ -577,6 +625,7 @@ def main(argv=None) -> int:
         "sections": {},
     }
     failed = False
+    done: Dict[str, Section] = {}
     try:
         for name in SECTIONS:
             if name in args.skipped:
@@ -587,7 +636,7 @@ def main(argv=None) -> int:
             say(f"[{name}] (load average {os.getloadavg()[0]:.2f})")
             t0, load = time.perf_counter(), os.getloadavg()
             try:
-                sec = RUNNERS[name](ctx)
+                sec = done[name] = RUNNERS[name](ctx)
                 report["sections"][name] = dict(sec.finish(), seconds=time.perf_counter() - t0, loadavg_start=load)
             except Exception as exc:  # a broken section is reported; the others still run
                 failed = True
@@ -595,9 +644,11 @@ def main(argv=None) -> int:
                 report["sections"][name] = {"error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()}
     finally:
         ctx.cleanup()
+    ctx.results_dir.mkdir(parents=True, exist_ok=True)
+    for name, sec in done.items():
+        report["sections"][name]["plot"] = sec.draw()
     report["machine"]["loadavg_end"] = os.getloadavg()
     report["total_seconds"] = time.perf_counter() - started
-    ctx.results_dir.mkdir(parents=True, exist_ok=True)
     out = ctx.results_dir / f"bench-{ctx.stamp}.json"
     out.write_text(json.dumps(report, indent=1, default=str) + "\n")
     print()
@@ -607,7 +658,8 @@ def main(argv=None) -> int:
         for note in sec.get("notes", []):
             print(f"[{name}] {note}")
     plots = [sec["plot"] for sec in report["sections"].values() if sec.get("plot")]
-    print(f"\ntime/bpe = seconds / the section's baseline (*) seconds; peak RSS = whole process tree.")
+    print("\ntime/bpe = seconds / the section's baseline (*) seconds; cores = the run's CPU s / wall s; "
+          "others = cores the rest of the machine kept busy meanwhile (noise); peak RSS = whole process tree.")
     print(f"results: {os.path.relpath(out, Path.cwd())}" + (f"; plots: {', '.join(plots)}" if plots else ""))
     print(f"total {report['total_seconds']:.0f} s")
     return 1 if failed else 0

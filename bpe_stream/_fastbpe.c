@@ -19,7 +19,8 @@
  *
  * Priority: a binary heap of (count, pair) entries, best first: the highest count, then
  * the tie-break rule -- max-bytes: the greatest (bytes(left), bytes(right)); min-bytes:
- * the smallest; min-ids: the smallest (id(left), id(right)).  Counts of existing pairs
+ * the smallest; min-ids: the smallest (id(left), id(right)).  Pairs with the same bytes
+ * (a word-end marker spelled like a byte) fall back to the smaller ids.  Counts of existing pairs
  * only fall (only pairs with the new token are born), so invalidation is lazy: a popped
  * entry whose count is stale is pushed back with the current count.
  */
@@ -161,6 +162,7 @@ static inline int better(const State *s, const HeapEntry *p, const HeapEntry *q)
     const Token *lq = &s->tokens[kq >> 32], *rq = &s->tokens[kq & 0xFFFFFFFFu];
     int c = bytes_cmp(lp, lq);
     if (!c) c = bytes_cmp(rp, rq);
+    if (!c) return kp < kq; /* same bytes (a marker spelled like a byte): the smaller ids */
     return s->tie_break == TB_MAX_BYTES ? c > 0 : c < 0;
 }
 
@@ -467,6 +469,333 @@ done:
     return result;
 }
 
+
+/* ------------------------------------------------------------------------------------
+ * PairIndex: the in-memory half of the out-of-core trainer.
+ *
+ * The symbol sequences live elsewhere (an LMDB table, read and rewritten by Python);
+ * this object holds only what must be in memory: each pair's 64-bit count, the ids of
+ * the words that may hold it (packed uint32 arrays; an id may be stale and is then
+ * skipped), the heap with the same order and lazy invalidation as train(), and the
+ * token bytes for the tie-break.  Sequences travel as little-endian uint32 arrays.
+ * ------------------------------------------------------------------------------------ */
+typedef struct {
+    PyObject_HEAD
+    State s;
+    uint64_t merges; /* merges begun, for pushed_at */
+    int merging;      /* between begin_merge and end_merge */
+    uint32_t ma, mb, mz;
+    uint32_t *born, n_born, cap_born; /* records of pairs born in the open merge */
+} PairIndexObject;
+
+static void PairIndex_dealloc(PairIndexObject *self) {
+    state_free(&self->s);
+    free(self->born);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static int PairIndex_init(PairIndexObject *self, PyObject *args, PyObject *kwds) {
+    PyObject *tokens;
+    int tie_break;
+    static char *kwlist[] = {"tokens", "tie_break", NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!i", kwlist, &PyList_Type, &tokens, &tie_break)) return -1;
+    state_free(&self->s);
+    memset(&self->s, 0, sizeof(State));
+    self->s.tie_break = tie_break;
+    self->merges = 0;
+    self->merging = 0;
+    free(self->born);
+    self->born = NULL;
+    self->n_born = self->cap_born = 0;
+    self->s.table = (uint32_t *)malloc(1024 * sizeof(uint32_t));
+    if (!self->s.table) { PyErr_NoMemory(); return -1; }
+    memset(self->s.table, 0xFF, 1024 * sizeof(uint32_t));
+    self->s.table_mask = 1023;
+    for (Py_ssize_t t = 0; t < PyList_GET_SIZE(tokens); t++) {
+        PyObject *item = PyList_GET_ITEM(tokens, t);
+        if (!PyBytes_Check(item)) { PyErr_SetString(PyExc_TypeError, "tokens must be bytes"); return -1; }
+        if (add_token(&self->s, (const uint8_t *)PyBytes_AS_STRING(item), (uint32_t)PyBytes_GET_SIZE(item)) < 0) {
+            PyErr_NoMemory();
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static int push_wid(PosList *l, uint32_t wid) {
+    if (l->len && l->data[l->len - 1] == wid) return 0;
+    return poslist_push(l, wid);
+}
+
+static PyObject *PairIndex_add_word(PairIndexObject *self, PyObject *args) {
+    unsigned int wid;
+    long long freq;
+    Py_buffer seq;
+    if (!PyArg_ParseTuple(args, "ILy*", &wid, &freq, &seq)) return NULL;
+    const uint32_t *sym = (const uint32_t *)seq.buf;
+    Py_ssize_t n = seq.len / 4;
+    for (Py_ssize_t i = 0; i + 1 < n; i++) {
+        if (sym[i] >= self->s.n_tokens || sym[i + 1] >= self->s.n_tokens) {
+            PyBuffer_Release(&seq);
+            PyErr_SetString(PyExc_ValueError, "symbol id without a token");
+            return NULL;
+        }
+        uint32_t r = pair_get(&self->s, ((uint64_t)sym[i] << 32) | sym[i + 1], 1);
+        if (r == NONE || push_wid(&self->s.recs[r].occ, wid) < 0) { PyBuffer_Release(&seq); return PyErr_NoMemory(); }
+        self->s.recs[r].count += freq;
+    }
+    PyBuffer_Release(&seq);
+    Py_RETURN_NONE;
+}
+
+static PyObject *PairIndex_build_heap(PairIndexObject *self, PyObject *noargs) {
+    State *s = &self->s;
+    for (uint32_t r = 0; r < s->n_recs; r++) {
+        PosList *l = &s->recs[r].occ; /* trim the doubling slack */
+        if (l->cap > l->len && l->len) {
+            uint32_t *d = (uint32_t *)realloc(l->data, (size_t)l->len * sizeof(uint32_t));
+            if (d) { l->data = d; l->cap = l->len; }
+        }
+        if (s->recs[r].count > 0 && heap_push(s, s->recs[r].count, r) < 0) return PyErr_NoMemory();
+    }
+    Py_RETURN_NONE;
+}
+
+/* The best pair as (left, right, count), or None when no pair reaches min_count. */
+static PyObject *PairIndex_pop_best(PairIndexObject *self, PyObject *args) {
+    long long min_count;
+    if (!PyArg_ParseTuple(args, "L", &min_count)) return NULL;
+    State *s = &self->s;
+    while (s->heap_len) {
+        HeapEntry top = s->heap[0];
+        int64_t current = s->recs[top.rec].count;
+        if (current != top.count) {
+            heap_pop(s);
+            if (current > 0 && heap_push(s, current, top.rec) < 0) return PyErr_NoMemory();
+            continue;
+        }
+        if (current < min_count || current <= 0) break;
+        heap_pop(s);
+        uint64_t key = s->recs[top.rec].key;
+        return Py_BuildValue("(IIL)", (unsigned)(key >> 32), (unsigned)(key & 0xFFFFFFFFu), (long long)current);
+    }
+    Py_RETURN_NONE;
+}
+
+static PyObject *PairIndex_count(PairIndexObject *self, PyObject *args) {
+    unsigned int a, b;
+    if (!PyArg_ParseTuple(args, "II", &a, &b)) return NULL;
+    uint32_t r = pair_get(&self->s, ((uint64_t)a << 32) | b, 0);
+    return PyLong_FromLongLong(r == NONE ? 0 : self->s.recs[r].count);
+}
+
+static inline uint32_t be32(const uint8_t *p) {
+    return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | (uint32_t)p[3];
+}
+
+/* Removes and returns the keys (word id, 4 bytes big-endian) of the words that may hold
+ * (a, b), sorted and distinct: ready for Cursor.getmulti. */
+static PyObject *PairIndex_take_words(PairIndexObject *self, PyObject *args) {
+    unsigned int a, b;
+    if (!PyArg_ParseTuple(args, "II", &a, &b)) return NULL;
+    uint32_t r = pair_get(&self->s, ((uint64_t)a << 32) | b, 0);
+    if (r == NONE) return PyList_New(0);
+    PosList *l = &self->s.recs[r].occ;
+    if (l->len > 1) qsort(l->data, l->len, sizeof(uint32_t), cmp_u32);
+    uint32_t n = 0;
+    for (uint32_t k = 0; k < l->len; k++)
+        if (!n || l->data[n - 1] != l->data[k]) l->data[n++] = l->data[k];
+    PyObject *out = PyList_New(n);
+    if (!out) return NULL;
+    for (uint32_t k = 0; k < n; k++) {
+        uint32_t w = l->data[k];
+        uint8_t key[4] = {(uint8_t)(w >> 24), (uint8_t)(w >> 16), (uint8_t)(w >> 8), (uint8_t)w};
+        PyObject *kb = PyBytes_FromStringAndSize((const char *)key, 4);
+        if (!kb) { Py_DECREF(out); return NULL; }
+        PyList_SET_ITEM(out, k, kb);
+    }
+    free(l->data);
+    l->data = NULL;
+    l->len = l->cap = 0;
+    return out;
+}
+
+/* A merge of (a, b) into a new token z runs as begin_merge(a, b), then merge_rows(rows)
+ * on the words of the pair in as many slices as the caller likes (so memory stays
+ * bounded), then end_merge().  Rows are (key, value) rows of the sequence table (key: word
+ * id, 4 bytes big-endian; value: count, 8 bytes little-endian, then the symbols).
+ * merge_rows replaces the non-overlapping occurrences of (a, b) left to right, updates the
+ * counts and word lists and returns the rows of the words that changed, ready for
+ * Cursor.putmulti.  end_merge pushes the pairs born in the merge with their final counts:
+ * pushing them earlier, with a count that a later slice raises, would break the heap's
+ * rule that an entry's count is never below the pair's current count. */
+static PyObject *PairIndex_begin_merge(PairIndexObject *self, PyObject *args) {
+    unsigned int a, b;
+    if (!PyArg_ParseTuple(args, "II", &a, &b)) return NULL;
+    State *s = &self->s;
+    if (self->merging) { PyErr_SetString(PyExc_RuntimeError, "a merge is already open"); return NULL; }
+    if (a >= s->n_tokens || b >= s->n_tokens) { PyErr_SetString(PyExc_ValueError, "unknown token"); return NULL; }
+    uint32_t z = s->n_tokens;
+    Token ta = s->tokens[a], tb = s->tokens[b];
+    uint8_t *buf = (uint8_t *)malloc(ta.len + tb.len + 1);
+    if (!buf) return PyErr_NoMemory();
+    memcpy(buf, ta.data, ta.len);
+    memcpy(buf + ta.len, tb.data, tb.len);
+    int rc = add_token(s, buf, ta.len + tb.len);
+    free(buf);
+    if (rc < 0) return PyErr_NoMemory();
+    self->merges++;
+    self->merging = 1;
+    self->ma = a;
+    self->mb = b;
+    self->mz = z;
+    self->n_born = 0;
+    return PyLong_FromUnsignedLong(z);
+}
+
+static PyObject *PairIndex_merge_rows(PairIndexObject *self, PyObject *args) {
+    PyObject *items;
+    if (!PyArg_ParseTuple(args, "O!", &PyList_Type, &items)) return NULL;
+    if (!self->merging) { PyErr_SetString(PyExc_RuntimeError, "call begin_merge first"); return NULL; }
+    State *s = &self->s;
+    uint32_t a = self->ma, b = self->mb, z = self->mz;
+    PyObject *changed = PyList_New(0);
+    if (!changed) return NULL;
+    uint32_t *out = NULL;
+    size_t cap_out = 0;
+    Py_ssize_t n_items = PyList_GET_SIZE(items);
+    for (Py_ssize_t k = 0; k < n_items; k++) {
+        PyObject *row = PyList_GET_ITEM(items, k), *kobj, *vobj;
+        if (!PyTuple_Check(row) || PyTuple_GET_SIZE(row) != 2) { PyErr_SetString(PyExc_TypeError, "rows are (key, value)"); goto fail; }
+        kobj = PyTuple_GET_ITEM(row, 0);
+        vobj = PyTuple_GET_ITEM(row, 1);
+        if (!PyBytes_Check(kobj) || PyBytes_GET_SIZE(kobj) != 4 || !PyBytes_Check(vobj) || PyBytes_GET_SIZE(vobj) < 8 ||
+            (PyBytes_GET_SIZE(vobj) - 8) % 4) {
+            PyErr_SetString(PyExc_ValueError, "a sequence-table row is damaged");
+            goto fail;
+        }
+        uint32_t wid = be32((const uint8_t *)PyBytes_AS_STRING(kobj));
+        const uint8_t *val = (const uint8_t *)PyBytes_AS_STRING(vobj);
+        int64_t f;
+        memcpy(&f, val, 8);
+        const uint32_t *w = (const uint32_t *)(val + 8);
+        size_t n = (size_t)(PyBytes_GET_SIZE(vobj) - 8) / 4, m = 0;
+        if (n + 2 > cap_out) {
+            uint32_t *d = (uint32_t *)realloc(out, (n + 2) * sizeof(uint32_t));
+            if (!d) { PyErr_NoMemory(); goto fail; }
+            out = d;
+            cap_out = n + 2;
+        }
+        /* at most two born-pair records per occurrence */
+        if ((size_t)self->n_born + n + 2 > self->cap_born) {
+            uint32_t cap = (uint32_t)(((size_t)self->n_born + n + 2) * 2);
+            uint32_t *d = (uint32_t *)realloc(self->born, (size_t)cap * sizeof(uint32_t));
+            if (!d) { PyErr_NoMemory(); goto fail; }
+            self->born = d;
+            self->cap_born = cap;
+        }
+        size_t i = 0;
+        while (i < n) {
+            if (i + 1 < n && w[i] == a && w[i + 1] == b) {
+                if (m) {
+                    uint32_t x = out[m - 1];
+                    uint32_t r1 = pair_get(s, ((uint64_t)x << 32) | a, 1);
+                    uint32_t r2 = pair_get(s, ((uint64_t)x << 32) | z, 1);
+                    if (r1 == NONE || r2 == NONE) { PyErr_NoMemory(); goto fail; }
+                    s->recs[r1].count -= f;
+                    s->recs[r2].count += f;
+                    if (push_wid(&s->recs[r2].occ, wid) < 0) { PyErr_NoMemory(); goto fail; }
+                    self->born[self->n_born++] = r2;
+                }
+                if (i + 2 < n) {
+                    uint32_t y = w[i + 2];
+                    uint32_t r1 = pair_get(s, ((uint64_t)b << 32) | y, 1);
+                    uint32_t r2 = pair_get(s, ((uint64_t)z << 32) | y, 1);
+                    if (r1 == NONE || r2 == NONE) { PyErr_NoMemory(); goto fail; }
+                    s->recs[r1].count -= f;
+                    s->recs[r2].count += f;
+                    if (push_wid(&s->recs[r2].occ, wid) < 0) { PyErr_NoMemory(); goto fail; }
+                    self->born[self->n_born++] = r2;
+                }
+                out[m++] = z;
+                i += 2;
+            } else {
+                out[m++] = w[i++];
+            }
+        }
+        if (m != n) {
+            PyObject *nv = PyBytes_FromStringAndSize(NULL, 8 + (Py_ssize_t)m * 4);
+            if (!nv) goto fail;
+            memcpy(PyBytes_AS_STRING(nv), val, 8);
+            memcpy(PyBytes_AS_STRING(nv) + 8, out, m * 4);
+            PyObject *t = PyTuple_Pack(2, kobj, nv);
+            Py_DECREF(nv);
+            if (!t || PyList_Append(changed, t) < 0) { Py_XDECREF(t); goto fail; }
+            Py_DECREF(t);
+        }
+    }
+    free(out);
+    return changed;
+fail:
+    free(out);
+    Py_DECREF(changed);
+    return NULL;
+}
+
+static PyObject *PairIndex_end_merge(PairIndexObject *self, PyObject *noargs) {
+    if (!self->merging) { PyErr_SetString(PyExc_RuntimeError, "no merge is open"); return NULL; }
+    State *s = &self->s;
+    uint32_t r = pair_get(s, ((uint64_t)self->ma << 32) | self->mb, 1);
+    if (r == NONE) return PyErr_NoMemory();
+    s->recs[r].count = 0;
+    for (uint32_t k = 0; k < self->n_born; k++) {
+        uint32_t t = self->born[k];
+        if (s->recs[t].count > 0 && s->recs[t].pushed_at != self->merges) {
+            s->recs[t].pushed_at = self->merges;
+            if (heap_push(s, s->recs[t].count, t) < 0) return PyErr_NoMemory();
+        }
+    }
+    self->merging = 0;
+    self->n_born = 0;
+    Py_RETURN_NONE;
+}
+
+static PyObject *PairIndex_memory(PairIndexObject *self, PyObject *noargs) {
+    State *s = &self->s;
+    uint64_t lists = 0;
+    for (uint32_t r = 0; r < s->n_recs; r++) lists += (uint64_t)s->recs[r].occ.cap * 4;
+    return Py_BuildValue("{s:K,s:K,s:K,s:K,s:K,s:K}", "pairs", (unsigned long long)s->n_recs,
+                         "records", (unsigned long long)s->cap_recs * sizeof(PairRec),
+                         "table", (unsigned long long)(s->table_mask + 1) * 4,
+                         "heap", (unsigned long long)s->heap_cap * sizeof(HeapEntry),
+                         "heap_entries", (unsigned long long)s->heap_len, "word_lists", (unsigned long long)lists);
+}
+
+static PyMethodDef PairIndex_methods[] = {
+    {"add_word", (PyCFunction)PairIndex_add_word, METH_VARARGS, "add_word(word_id, freq, seq): index one word."},
+    {"build_heap", (PyCFunction)PairIndex_build_heap, METH_NOARGS, "Call once after the last add_word."},
+    {"pop_best", (PyCFunction)PairIndex_pop_best, METH_VARARGS, "pop_best(min_count) -> (left, right, count) or None."},
+    {"count", (PyCFunction)PairIndex_count, METH_VARARGS, "count(left, right) -> the pair's current count."},
+    {"take_words", (PyCFunction)PairIndex_take_words, METH_VARARGS, "take_words(left, right) -> [word key]."},
+    {"begin_merge", (PyCFunction)PairIndex_begin_merge, METH_VARARGS, "begin_merge(left, right) -> new token id."},
+    {"merge_rows", (PyCFunction)PairIndex_merge_rows, METH_VARARGS, "merge_rows(rows) -> [(key, value)] changed."},
+    {"end_merge", (PyCFunction)PairIndex_end_merge, METH_NOARGS, "Ends the merge: pushes the pairs it made."},
+    {"memory", (PyCFunction)PairIndex_memory, METH_NOARGS, "Sizes of the index's parts in bytes (and counts of pairs and heap entries)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject PairIndexType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "bpe_stream._fastbpe.PairIndex",
+    .tp_basicsize = sizeof(PairIndexObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "PairIndex(tokens, tie_break): pair counts, word lists and heap of the out-of-core trainer.",
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)PairIndex_init,
+    .tp_dealloc = (destructor)PairIndex_dealloc,
+    .tp_methods = PairIndex_methods,
+};
+
 static PyMethodDef methods[] = {
     {"train", (PyCFunction)train, METH_VARARGS, NULL},
     {NULL, NULL, 0, NULL},
@@ -476,5 +805,14 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_fastbpe", "The BPE 
 
 PyMODINIT_FUNC PyInit__fastbpe(void) {
     methods[0].ml_doc = TRAIN_DOC;
-    return PyModule_Create(&module);
+    if (PyType_Ready(&PairIndexType) < 0) return NULL;
+    PyObject *m = PyModule_Create(&module);
+    if (!m) return NULL;
+    Py_INCREF(&PairIndexType);
+    if (PyModule_AddObject(m, "PairIndex", (PyObject *)&PairIndexType) < 0) {
+        Py_DECREF(&PairIndexType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
 }

@@ -11,8 +11,9 @@ Conventions (``../shared/spec/bpe.md``):
 * Tie-break among pairs of equal count, implemented by :func:`tie_break_keys`:
   ``max-bytes`` (default, CS336) prefers the greatest ``(bytes(left), bytes(right))``,
   ``min-bytes`` the smallest, ``min-ids`` the smallest ``(id(left), id(right))``.
-  The trainer's heap is a min-heap on ``(-count, key)``, so each rule becomes a key whose
-  *smallest* value is the winner.
+  The trainer's heap is a min-heap on ``(-count, key, pair)``, so each rule becomes a key
+  whose *smallest* value is the winner; pairs whose bytes are equal (a word-end marker
+  spelled like a byte) fall back to the smaller packed ids.
 """
 
 from __future__ import annotations

@@ -161,15 +161,25 @@ def train(
     min_count: int = typer.Option(1, "--min-count", help="Stop when the best pair's count is below N."),
     min_word_count: int = typer.Option(1, "--min-word-count", help="Ignore pretokens counted fewer than N times."),
     doc_boundaries: bool = typer.Option(False, "--doc-boundaries", help="Wrap documents in start/end symbols."),
+    max_memory: Optional[str] = typer.Option(
+        None, "--max-memory", help="Memory budget; above it the sequence table moves to disk [default: half the available memory]."
+    ),
+    path: str = typer.Option("auto", "--path", help="auto, memory or disk: where the symbol sequences live."),
+    resume: bool = typer.Option(False, "--resume", help="Continue from the store's checkpoint of this run."),
+    from_tokenizer: Optional[str] = typer.Option(None, "--from", help="Continue training this tokenizer (same store)."),
+    checkpoint_every: int = typer.Option(1000, "--checkpoint-every", min=1, help="Checkpoint every N merges."),
+    checkpoint_seconds: float = typer.Option(30.0, "--checkpoint-seconds", min=0.0, help="... or every T seconds."),
     quiet: bool = QuietOpt,
 ):
     """Learn the merges from the store and write a tokenizer."""
+    budget = parse_size(max_memory) if max_memory else None
     with user_errors():
         config = TrainConfig(
             vocab_size=vocab_size, num_merges=num_merges, special_tokens=list(special_token or []),
             doc_boundaries=doc_boundaries, tie_break=tie_break, min_count=min_count, min_word_count=min_word_count,
         )
-        with Store.open(store_path(store), readonly=True) as st:
+        base = load_any(from_tokenizer) if from_tokenizer else None
+        with Store.open(store_path(store)) as st:
             bar = progress_bar(quiet, unit="merge", desc="train")
 
             def on_progress(batch, done, limit):
@@ -179,7 +189,11 @@ def train(
                 bar.set_postfix(count=batch[-1][2], refresh=False)
 
             try:
-                tok, result = train_from_store(st, config, on_progress)
+                tok, result = train_from_store(
+                    st, config, on_progress, max_memory=budget, path=path, resume=resume, from_tokenizer=base,
+                    checkpoint_every=checkpoint_every, checkpoint_seconds=checkpoint_seconds,
+                    on_message=lambda m: say(quiet, m),
+                )
             finally:
                 bar.close()
         tok.save(output)
@@ -339,6 +353,65 @@ def stats(
         typer.echo("most frequent pretokens:")
         for row in data["top"]:
             typer.echo(f"  {row['count']:>12,}  {row['pretoken']!r}")
+
+
+# -- export / eval -----------------------------------------------------------------
+@app.command()
+def export(
+    tokenizer: str = TokOpt,
+    fmt: str = typer.Option(..., "--format", "-f", help="hf (tokenizer.json), gpt2 (directory), tiktoken (rank file + PATH.json) or native."),
+    output: str = typer.Option(..., "--output", "-o", help="Where to write (a directory for gpt2)."),
+    vocab_size: Optional[int] = typer.Option(None, "--vocab-size", help="Keep only the first merges: this many tokens in all."),
+    quiet: bool = QuietOpt,
+):
+    """Write the tokenizer in a format other tools load directly."""
+    from .formats import export_tokenizer
+
+    with user_errors():
+        tok = load_any(tokenizer)
+        for written in export_tokenizer(tok, fmt, output, vocab_size):
+            say(quiet, f"wrote {written}")
+
+
+@app.command(name="eval")
+def eval_(
+    paths: List[str] = typer.Argument(None, help="Held-out text files (each one document); none or '-' reads stdin."),
+    tokenizer: str = TokOpt,
+    merges: Optional[str] = typer.Option(None, "--merges", help="Evaluate these merge-prefixes, e.g. 0,16,32,64."),
+    as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
+):
+    """Bytes, tokens, bytes/token, compression ratio, encode MB/s and a round-trip check."""
+    from .evaluate import evaluate
+
+    with user_errors():
+        prefixes = None
+        if merges:
+            try:
+                prefixes = [int(x) for x in merges.split(",") if x.strip()]
+            except ValueError:
+                raise typer.BadParameter(f"--merges takes numbers separated by commas, not {merges!r}") from None
+        tok = load_any(tokenizer)
+        sources = [Source.from_arg(p) for p in _inputs(paths)]
+        if prefixes is not None and any(s.is_stdin for s in sources) and len(prefixes) > 1:
+            raise typer.BadParameter("several --merges need files: stdin can be read only once")
+        rows = evaluate(tok, sources, prefixes)
+        if as_json:
+            typer.echo(json.dumps({"tokenizer": tokenizer, "results": rows}, indent=2))
+            return
+        header = f"{'merges':>7} {'vocab':>7} {'bytes':>12} {'tokens':>12} {'B/token':>8} {'ratio':>6} {'tok/word':>8} {'used':>6} {'MB/s':>6}  round-trip"
+        typer.echo(header)
+        for r in rows:
+            def fmt_num(x, spec):
+                return format(x, spec) if x is not None else "-"
+
+            typer.echo(
+                f"{r['merges']:>7,} {r['vocab_size']:>7,} {r['bytes']:>12,} {r['tokens']:>12,} "
+                f"{fmt_num(r['bytes_per_token'], '8.3f')} {fmt_num(r['compression_ratio'], '6.3f')} "
+                f"{fmt_num(r['tokens_per_word'], '8.3f')} {r['vocab_used_share']:>6.1%} "
+                f"{fmt_num(r['encode_mb_per_s'], '6.2f')}  {'ok' if r['round_trip'] else 'FAILED'}"
+            )
+        if not all(r["round_trip"] for r in rows):
+            fail("the round trip changed the bytes; please report this with the tokenizer and the text")
 
 
 def main():

@@ -121,17 +121,20 @@ def plan_ranges(path: str, start: int, end: int, settings: dict, target: int = R
     if not splittable(pre) or end - start <= target:
         return [(start, end)]
     specials = [s.encode("utf-8") for s in settings["special_tokens"]]
+    # Look back far enough to see a special token (or a character) that straddles a cut.
+    back = max([4] + [len(x) for x in specials])
     cuts = [start]
     pos = start + target
     with open(path, "rb") as f:
         while pos < end - 4:
-            f.seek(pos - 4)
-            window = f.read(min(_CUT_WINDOW, end - pos + 4))
-            cut = find_byte_cut(window, 4, pre, specials)
+            lo = max(start, pos - back)
+            f.seek(lo)
+            window = f.read(min(_CUT_WINDOW, end - lo))
+            cut = find_byte_cut(window, pos - lo, pre, specials)
             if cut < 0:
-                pos += max(1, len(window) - 4 - 64)  # keep the tail: a special may straddle it
+                pos = lo + max(pos - lo + 1, len(window) - back)  # keep the tail: a special may straddle it
                 continue
-            cut += pos - 4
+            cut += lo
             cuts.append(cut)
             pos = cut + target
     cuts.append(end)
@@ -242,8 +245,8 @@ def count_sources(
         def txn_fn(txn):
             for key, record in current.sources.items():
                 store.put_source(txn, key, record)
-            new = store.add_counts(txn, {to_bytes(k): v for k, v in current.counter.items()})
-            store.bump_totals(txn, dict(current.totals, unique=new))
+            new, new_bytes = store.add_counts(txn, {to_bytes(k): v for k, v in current.counter.items()})
+            store.bump_totals(txn, dict(current.totals, unique=new, unique_bytes=new_bytes))
             return new
 
         if current.counter or current.sources or any(current.totals.values()):

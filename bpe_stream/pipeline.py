@@ -6,15 +6,20 @@ trainer and turns the result into a ``Tokenizer``.  The CLI calls these function
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
+import time
 from collections import Counter
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from .counting import count_range, make_settings
 from .reader import to_bytes
+from .estimate import default_budget, estimate_train_memory
+from .sequences import train_on_disk
 from .store import Store, StoreError
 from .tokenizer import Tokenizer
-from .trainer import TrainConfig, Trainer, TrainResult
+from .trainer import TrainConfig, TrainError, Trainer, TrainResult
 
 
 def tokenizer_from_result(result: TrainResult, pretokenizer: str, tie_break: str) -> Tokenizer:
@@ -24,24 +29,149 @@ def tokenizer_from_result(result: TrainResult, pretokenizer: str, tie_break: str
     return Tokenizer(result.vocab, merges, symbols, pretokenizer=pretokenizer, tie_break=tie_break)
 
 
+CHECKPOINT_KEY = b"checkpoint"
+
+
+def _fingerprint(settings: dict, totals: dict, config: TrainConfig) -> str:
+    """What a checkpoint's merges depend on: the counts (through the store's totals) and the
+    settings that change merges or ids -- not the vocabulary size, so a resumed run may go further."""
+    keys = ("bytes", "documents", "pretokens", "specials", "unique", "unique_bytes")
+    rules = {
+        "settings": settings,
+        "totals": {k: totals.get(k, 0) for k in keys},
+        "special_tokens": config.special_tokens,
+        "end_of_word": config.end_of_word,
+        "doc_boundaries": config.doc_boundaries,
+        "tie_break": config.tie_break,
+        "min_word_count": config.min_word_count,
+    }
+    return hashlib.sha256(json.dumps(rules, sort_keys=True).encode("utf-8")).hexdigest()
+
+
+def _forced_from_tokenizer(tok: Tokenizer, config: TrainConfig, settings: dict) -> List[Tuple[int, int]]:
+    """The merges of ``tok`` to continue from; it must have been trained on these settings."""
+    expected = [(256 + i, role, text) for i, (role, text) in enumerate(config.base_symbols())]
+    if tok.pretokenizer.name != settings["pretokenizer"] or list(tok.symbols) != expected:
+        raise TrainError(
+            "--from: that tokenizer was not trained with this store's pretokenizer and special tokens; "
+            "continue only a tokenizer this store trained"
+        )
+    first = 256 + len(expected)
+    for r, (left, right, new) in enumerate(tok.merges):
+        if new != first + r:
+            raise TrainError("--from: the tokenizer's ids are not in bpe-stream's order; export it from bpe-stream first")
+    if tok.tie_break is not None and tok.tie_break != config.tie_break:
+        raise TrainError(f"--from: the tokenizer was trained with --tie-break {tok.tie_break}; use the same")
+    return [(left, right) for left, right, _ in tok.merges]
+
+
 def train_from_store(
     store: Store,
     config: TrainConfig,
     on_progress: Optional[Callable[[list, int, int], None]] = None,
     engine: str = "auto",
+    *,
+    max_memory: Optional[int] = None,
+    path: str = "auto",
+    resume: bool = False,
+    from_tokenizer: Optional[Tokenizer] = None,
+    checkpoint_every: int = 1000,
+    checkpoint_seconds: float = 30.0,
+    on_message: Callable[[str], None] = lambda m: None,
 ) -> Tuple[Tokenizer, TrainResult]:
-    """Trains on the counts in ``store``; its special tokens come first, then ``config``'s extra ones."""
+    """Trains on the counts in ``store``; its special tokens come first, then ``config``'s extra ones.
+
+    ``path``: ``"memory"``, ``"disk"`` (sequence table in LMDB) or ``"auto"`` (memory when the
+    estimate fits ``max_memory``).  Both give the same merges.  Every ``checkpoint_every``
+    merges or ``checkpoint_seconds`` the merges so far are committed to the store, and
+    ``resume`` continues from them; ``from_tokenizer`` continues a finished tokenizer.
+    """
     settings = store.settings()
     if settings is None:
         raise StoreError(f"the store at {store.path} has no counts yet; run 'bpe-stream count' first")
     config.special_tokens = list(dict.fromkeys(list(settings["special_tokens"]) + list(config.special_tokens)))
     config.end_of_word = settings.get("end_of_word")
-    config.max_merges()  # validate before reading the store
-    trainer = Trainer(config)
+    limit = config.max_merges()  # validates before reading the store
+    budget = max_memory if max_memory is not None else default_budget()
+
     with store.reader() as txn:
-        trainer.feed(store.iter_words(txn, max(1, config.min_word_count)))
-    result = trainer.train(on_progress, engine=engine)
+        totals = store.totals(txn)
+        unique = store.unique_words(txn)
+        unique_bytes = totals.get("unique_bytes")
+        if unique_bytes is None or (unique and not unique_bytes):  # a store from before the total existed
+            unique_bytes = sum(len(w) for w, _ in store.iter_words(txn))
+        symbols = unique_bytes + (unique if config.end_of_word is not None else 0)
+        fingerprint = _fingerprint(settings, totals, config)
+        checkpoint = store.get_train(CHECKPOINT_KEY, txn)
+
+        forced: List[Tuple[int, int]] = []
+        if from_tokenizer is not None:
+            forced = _forced_from_tokenizer(from_tokenizer, config, settings)
+            on_message(f"continuing from a tokenizer with {len(forced):,} merges")
+        if resume:
+            if checkpoint is None or checkpoint.get("fingerprint") != fingerprint:
+                on_message("no checkpoint of this run to resume (the store or the settings changed); training from the start")
+            else:
+                saved = [tuple(m[:2]) for m in checkpoint["merges"]]
+                if forced and saved[: len(forced)] != forced[: len(saved)]:
+                    raise TrainError("--resume and --from disagree: the checkpoint holds other merges; drop one of them")
+                if len(saved) > len(forced):
+                    forced = saved
+                on_message(f"resuming after {len(saved):,} checkpointed merges")
+
+        use_c = engine in ("auto", "c") and _fastbpe_available()
+        need = estimate_train_memory(unique, symbols, "c" if use_c else "python")
+        if path == "auto":
+            path = "memory" if need <= budget or not _fastbpe_available() else "disk"
+            reason = (
+                f"estimated {need / 1e6:,.0f} MB {'fits' if path == 'memory' else 'exceeds'} the budget of {budget / 1e6:,.0f} MB"
+            )
+        else:
+            reason = "as asked"
+        if path not in ("memory", "disk"):
+            raise TrainError(f"unknown training path {path!r}; use memory, disk or auto")
+        on_message(
+            f"training {'in memory' if path == 'memory' else 'with the sequence table on disk'} "
+            f"({unique:,} distinct pretokens, {symbols:,} symbols; {reason})"
+        )
+
+        merges_so_far: List[Tuple[int, int, int]] = []
+        last_save = [time.monotonic(), 0]
+
+        def save_checkpoint() -> None:
+            store.put_train(CHECKPOINT_KEY, {"fingerprint": fingerprint, "merges": [list(m) for m in merges_so_far]})
+            last_save[0], last_save[1] = time.monotonic(), len(merges_so_far)
+
+        def progress(batch, done, lim):
+            merges_so_far.extend(batch)
+            if store.readonly:
+                pass
+            elif len(merges_so_far) - last_save[1] >= checkpoint_every or time.monotonic() - last_save[0] >= checkpoint_seconds:
+                save_checkpoint()
+            if on_progress is not None:
+                on_progress(batch, done, lim)
+
+        min_word = max(1, config.min_word_count)
+        if path == "memory":
+            trainer = Trainer(config)
+            trainer.feed(store.iter_words(txn, min_word))
+            result = trainer.train(progress, forced=forced, engine=engine)
+        else:
+            done = train_on_disk(
+                store.iter_words(txn, min_word), [config.base_vocab()[i] for i in range(256 + len(config.base_symbols()))],
+                config.marker_id(), config.tie_break, limit, config.min_count, forced,
+                os.path.join(store.path, "train-scratch"), progress,
+            )
+            result = config.result(done)
+    if merges_so_far and not store.readonly:
+        save_checkpoint()
     return tokenizer_from_result(result, settings["pretokenizer"], config.tie_break), result
+
+
+def _fastbpe_available() -> bool:
+    from .trainer import _fastbpe
+
+    return _fastbpe is not None
 
 
 def count_file(path, settings: dict) -> Counter:

@@ -187,16 +187,17 @@ class Store:
         return self.write(txn_fn)
 
     # -- counts --------------------------------------------------------------------
-    def add_counts(self, txn, counts: Dict[bytes, int]) -> int:
-        """Adds ``counts`` inside ``txn``; returns how many pretokens were new."""
+    def add_counts(self, txn, counts: Dict[bytes, int]) -> Tuple[int, int]:
+        """Adds ``counts`` inside ``txn``; returns how many pretokens were new and their bytes."""
         words, longwords, max_key = self.db["words"], self.db["longwords"], self.max_key
-        new = 0
+        new = new_bytes = 0
         for key in sorted(counts):
             n = counts[key]
             if len(key) <= max_key and key:
                 old = txn.get(key, db=words)
                 if old is None:
                     new += 1
+                    new_bytes += len(key)
                     txn.put(key, _u64(n), db=words)
                 else:
                     txn.put(key, _u64(int.from_bytes(old, "little") + n), db=words)
@@ -205,10 +206,11 @@ class Store:
                 old = txn.get(digest, db=longwords)
                 if old is None:
                     new += 1
+                    new_bytes += len(key)
                     txn.put(digest, _u64(n) + key, db=longwords)
                 else:
                     txn.put(digest, _u64(int.from_bytes(old[:8], "little") + n) + key, db=longwords)
-        return new
+        return new, new_bytes
 
     def bump_totals(self, txn, delta: dict) -> None:
         info = unpack(txn.get(b"info", db=self.db["meta"]))
@@ -265,6 +267,9 @@ class Store:
         raw = txn.get(key, db=self.db["train"])
         return unpack(raw) if raw is not None else None
 
+    def put_train(self, key: bytes, value) -> None:
+        self.write(lambda txn: txn.put(key, pack(value), db=self.db["train"]))
+
     def disk_bytes(self) -> int:
         total = 0
         for name in ("data.mdb", "lock.mdb"):
@@ -274,4 +279,4 @@ class Store:
         return total
 
 
-_ZERO_TOTALS = {"bytes": 0, "documents": 0, "pretokens": 0, "specials": 0}
+_ZERO_TOTALS = {"bytes": 0, "documents": 0, "pretokens": 0, "specials": 0, "unique": 0, "unique_bytes": 0}

@@ -207,11 +207,7 @@ class Tokenizer:
     # -- decoding --------------------------------------------------------------------
     def decode_bytes(self, ids: Iterable[int]) -> bytes:
         """The exact bytes behind ``ids``."""
-        ids = list(ids)
-        data = b"".join(self._lookup(ids))
-        if self.marker_id is not None and ids and ids[-1] in self._marker_ends and data.endswith(b" "):
-            data = data[:-1]
-        return data
+        return b"".join(self.decode_chunks([list(ids)]))
 
     def decode(self, ids: Iterable[int]) -> str:
         """``decode_bytes`` as text; bytes that are not UTF-8 become U+FFFD."""
@@ -220,29 +216,48 @@ class Tokenizer:
     def _lookup(self, ids: List[int]) -> List[bytes]:
         dense = self._dense
         try:
-            out = [dense[i] for i in ids]
+            out = [dense[i] if i >= 0 else None for i in ids]
         except (IndexError, TypeError):
             out = [None]
-        if None in out or any(i < 0 for i in ids):
+        if None in out:
             bad = next(i for i in ids if not isinstance(i, int) or i < 0 or i > self._max_id or dense[i] is None)
             raise TokenizerError(f"id {bad} is not in the vocabulary (ids are 0..{self._max_id})")
         return out
 
     def decode_chunks(self, id_batches: Iterable[Sequence[int]]) -> Iterator[bytes]:
-        """Streams bytes for batches of ids; the final word-end space is dropped."""
+        """Streams the bytes of batches of ids.
+
+        With a word-end marker, each marker becomes one space except the last of a
+        document (before the document-end symbol, or at the end of the stream), which is
+        dropped; the space is therefore held back until the next token shows which it is.
+        """
+        if self.marker_id is None:
+            for ids in id_batches:
+                if ids:
+                    yield b"".join(self._lookup(list(ids)))
+            return
         pending_space = False
+        ends, doc_end = self._marker_ends, self.doc_end_id
         for ids in id_batches:
-            if not ids:
-                continue
-            data = b"".join(self._lookup(list(ids)))
-            if pending_space:
-                data = b" " + data
-                pending_space = False
-            if self.marker_id is not None and ids[-1] in self._marker_ends and data.endswith(b" "):
-                data = data[:-1]
-                pending_space = True
-            if data:
-                yield data
+            ids = list(ids)
+            parts = self._lookup(ids)
+            out = []
+            for tid, data in zip(ids, parts):
+                if tid == doc_end:
+                    pending_space = False
+                    continue
+                if not data:
+                    continue
+                if pending_space:
+                    out.append(b" ")
+                    pending_space = False
+                if tid in ends:
+                    out.append(data[:-1])
+                    pending_space = True
+                else:
+                    out.append(data)
+            if out:
+                yield b"".join(out)
 
     def token_bytes(self, tid: int) -> bytes:
         return self.vocab[tid]

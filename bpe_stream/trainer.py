@@ -60,6 +60,30 @@ class TrainConfig:
             out += [("doc_start", DOC_START), ("doc_end", DOC_END)]
         return out
 
+    def base_vocab(self) -> Dict[int, bytes]:
+        """Ids 0..255 (the bytes), then the symbols' texts (how the tie-break compares them)."""
+        vocab = {i: bytes([i]) for i in range(256)}
+        for i, (_, text) in enumerate(self.base_symbols()):
+            vocab[256 + i] = text.encode("utf-8")
+        return vocab
+
+    def marker_id(self) -> Optional[int]:
+        for i, (role, _) in enumerate(self.base_symbols()):
+            if role == "end_of_word":
+                return 256 + i
+        return None
+
+    def result(self, done: Sequence[Tuple[int, int, int]]) -> "TrainResult":
+        """The vocabulary and merges from ``(left, right, count)`` merges in order."""
+        vocab = self.base_vocab()
+        first = len(vocab)
+        merges, counts = [], []
+        for left, right, count in done:
+            vocab[first + len(merges)] = vocab[left] + vocab[right]
+            merges.append((left, right))
+            counts.append(count)
+        return TrainResult(merges, counts, vocab, self.base_symbols())
+
     def max_merges(self) -> int:
         base = 256 + len(self.base_symbols())
         if self.tie_break not in TIE_BREAKS:
@@ -96,36 +120,38 @@ class Trainer:
         self.config = config
         self.symbols = config.base_symbols()
         self.first_merge_id = 256 + len(self.symbols)
-        self.marker_id = None
-        for i, (role, _) in enumerate(self.symbols):
-            if role == "end_of_word":
-                self.marker_id = 256 + i
-        self.word_ids: Dict[bytes, int] = {}
-        self.words: List[List[int]] = []
-        self.freqs: List[int] = []
+        self.marker_id = config.marker_id()
+        # The words, compactly: all symbols in one array, each word's end offset, its count.
+        self.seq = array("I")
+        self.ends = array("Q")
+        self.freqs = array("q")
 
     def feed(self, counts: Iterable[Tuple[bytes, int]]) -> None:
-        """Adds pretoken counts (runs add up; pretokens under ``min_word_count`` are dropped at train)."""
+        """Adds (pretoken, count) pairs, each pretoken once (as the store yields them; a
+        pretoken fed twice trains like one with the summed count, but ``min_word_count``
+        applies to each count as fed).  Words of one symbol are dropped: they hold no pair."""
         marker = self.marker_id
+        min_count = max(1, self.config.min_word_count)
+        seq, ends, freqs = self.seq, self.ends, self.freqs
+        extra = 1 if marker is not None else 0
         for pretoken, n in counts:
-            if n <= 0:
+            if n < min_count or len(pretoken) + extra < 2:
                 continue
-            idx = self.word_ids.get(pretoken)
-            if idx is None:
-                self.word_ids[pretoken] = len(self.words)
-                word = list(pretoken)
-                if marker is not None:
-                    word.append(marker)
-                self.words.append(word)
-                self.freqs.append(n)
-            else:
-                self.freqs[idx] += n
+            seq.extend(pretoken)
+            if marker is not None:
+                seq.append(marker)
+            ends.append(len(seq))
+            freqs.append(n)
+
+    def words(self) -> List[List[int]]:
+        out, start, seq = [], 0, self.seq
+        for end in self.ends:
+            out.append(seq[start:end].tolist())
+            start = end
+        return out
 
     def base_vocab(self) -> Dict[int, bytes]:
-        vocab = {i: bytes([i]) for i in range(256)}
-        for i, (_, text) in enumerate(self.symbols):
-            vocab[256 + i] = text.encode("utf-8")
-        return vocab
+        return self.config.base_vocab()
 
     def train(
         self,
@@ -139,39 +165,26 @@ class Trainer:
         (C when the extension is built)."""
         config = self.config
         limit = config.max_merges()
-        keep = [i for i, f in enumerate(self.freqs) if f >= config.min_word_count and len(self.words[i]) > 1]
-        words = [self.words[i] for i in keep]
-        freqs = [self.freqs[i] for i in keep]
         forced = [tuple(m) for m in forced][:limit]
         if engine == "auto":
             engine = "c" if _fastbpe is not None else "python"
         if engine == "c":
             if _fastbpe is None:
                 raise TrainError("the C trainer is not built here; use engine='python'")
-            done = _train_c(words, freqs, self.base_vocab(), config, limit, forced, on_progress)
+            done = _train_c(self.seq, self.ends, self.freqs, self.base_vocab(), config, limit, forced, on_progress)
         elif engine == "python":
-            done = _train_python(words, freqs, self.base_vocab(), self.first_merge_id, config, limit, forced, on_progress)
+            done = _train_python(
+                self.words(), list(self.freqs), self.base_vocab(), self.first_merge_id, config, limit, forced, on_progress
+            )
         else:
             raise TrainError(f"unknown engine {engine!r}")
-        vocab = self.base_vocab()
-        merges, counts = [], []
-        for left, right, count in done:
-            vocab[self.first_merge_id + len(merges)] = vocab[left] + vocab[right]
-            merges.append((left, right))
-            counts.append(count)
-        return TrainResult(merges, counts, vocab, list(self.symbols))
+        return config.result(done)
 
 
 PROGRESS_EVERY = 64
 
 
-def _train_c(words, freqs, vocab, config, limit, forced, on_progress) -> List[Tuple[int, int, int]]:
-    symbols = array("I")
-    ends = array("Q")
-    for word in words:
-        symbols.extend(word)
-        ends.append(len(symbols))
-    freq_arr = array("q", freqs)
+def _train_c(symbols, ends, freq_arr, vocab, config, limit, forced, on_progress) -> List[Tuple[int, int, int]]:
     tokens = [vocab[i] for i in range(len(vocab))]
     done: List[Tuple[int, int, int]] = []
 

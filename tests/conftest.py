@@ -90,7 +90,7 @@ def assert_user_error(stderr, exit_code):
     """Exit 1 with exactly one ``Error: ...`` line and no traceback."""
     text = stderr.decode("utf-8", "replace") if isinstance(stderr, bytes) else stderr
     assert exit_code == 1, (exit_code, text)
-    lines = [l for l in text.splitlines() if l.strip()]
+    lines = [line for line in text.splitlines() if line.strip()]
     assert len(lines) == 1, text
     assert lines[0].startswith("Error: "), text
     assert "Traceback" not in text

@@ -5,9 +5,10 @@ from __future__ import annotations
 from collections import Counter
 
 import pytest
-from hypothesis import given, settings, strategies as st
-
 import textbook
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from bpe_stream import bpe
 
 SETTINGS = settings(max_examples=150, deadline=None)

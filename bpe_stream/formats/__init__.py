@@ -1,27 +1,44 @@
 """Tokenizer files: the native JSON format and the formats of other tools.
 
-``load_any`` detects what a path holds and gives one clear error for anything that is
-not a byte-level BPE tokenizer it can read.
+``load_any`` detects what a path holds -- a native file, an HF ``tokenizer.json`` (or a
+directory holding one), a GPT-2 ``vocab.json`` + ``merges.txt`` directory, a ``.tiktoken``
+rank file (with its ``.json`` sidecar) or that sidecar -- and gives one clear error for
+anything that is not a byte-level BPE tokenizer it can read.  ``export_tokenizer`` writes
+``native``, ``hf``, ``gpt2`` or ``tiktoken``; ``truncate`` keeps the first merges only.
 """
 
 from __future__ import annotations
 
 import json
 import os
+from typing import List, Optional
 
 from ..tokenizer import Tokenizer, TokenizerError
 
+EXPORT_FORMATS = ("hf", "gpt2", "tiktoken", "native")
+
 
 def load_any(path) -> Tokenizer:
-    from .gpt2 import gpt2_dir_files, is_gpt2_dir, load_gpt2
+    from .gpt2 import gpt2_pairs, is_gpt2_dir, load_gpt2, partner_file
+    from .hf import from_hf_document, is_hf, load_hf
     from .native import from_document, is_native
+    from .tiktoken_file import is_sidecar, load_sidecar, load_tiktoken, looks_like_ranks
 
     path = os.fspath(path)
     if os.path.isdir(path):
-        if is_gpt2_dir(path):
-            vocab, merges = gpt2_dir_files(path)
-            return load_gpt2(vocab, merges)
-        raise TokenizerError(f"{path} is a directory without vocab.json and merges.txt; give a tokenizer file")
+        if os.path.isfile(os.path.join(path, "tokenizer.json")):
+            return load_hf(path)
+        pairs = gpt2_pairs(path)
+        if len(pairs) == 1 or (pairs and is_gpt2_dir(path)):
+            return load_gpt2(*pairs[0])
+        if pairs:
+            names = ", ".join(os.path.basename(v) for v, _ in pairs)
+            raise TokenizerError(
+                f"{path} holds several vocab/merges pairs ({names}); give one, e.g. -t {pairs[0][0]}"
+            )
+        raise TokenizerError(
+            f"{path} is a directory without tokenizer.json, or vocab.json and merges.txt; give a tokenizer file"
+        )
     if not os.path.exists(path):
         raise TokenizerError(f"no tokenizer at {path}; train one with 'bpe-stream train -o {path}'")
     try:
@@ -32,7 +49,99 @@ def load_any(path) -> Tokenizer:
     try:
         doc = json.loads(data)
     except (UnicodeDecodeError, json.JSONDecodeError):
-        raise TokenizerError(f"{path} is not a tokenizer file bpe-stream can read (not JSON, or truncated)") from None
+        pair = partner_file(path)
+        if pair is not None:
+            return load_gpt2(*pair)
+        if looks_like_ranks(data):
+            return load_tiktoken(path, data=data)
+        head = data[:200].lstrip()
+        if head.startswith(b"#version") or path.endswith("merges.txt"):
+            raise TokenizerError(f"{path} looks like a GPT-2 merges.txt; give the directory holding it and vocab.json")
+        raise TokenizerError(f"{path} is not a tokenizer file bpe-stream can read (not JSON, or truncated)")
     if is_native(doc):
         return from_document(doc)
-    raise TokenizerError(f"{path} is JSON but not a bpe-stream tokenizer; give a file written by 'bpe-stream train'")
+    if is_hf(doc):
+        return from_hf_document(doc, path)
+    if is_sidecar(doc):
+        return load_sidecar(path, doc)
+    if isinstance(doc, dict) and doc and all(isinstance(v, int) for v in list(doc.values())[:100]):
+        pair = partner_file(path)
+        if pair is not None:
+            return load_gpt2(*pair)
+        raise TokenizerError(f"{path} looks like a GPT-2 vocab.json; give the directory holding it and merges.txt")
+    raise TokenizerError(
+        f"{path} is JSON but not a tokenizer bpe-stream reads (native, Hugging Face tokenizer.json or a tiktoken "
+        "sidecar); give a file written by 'bpe-stream train' or 'export'"
+    )
+
+
+def truncate(tok: Tokenizer, vocab_size: int) -> Tokenizer:
+    """The tokenizer made of ``tok``'s first merges only, with ``vocab_size`` tokens in all.
+
+    Merges are a prefix-closed list, so this is exactly what training to ``vocab_size``
+    gives (same ids, same rules).  The base -- bytes, special symbols and any token no
+    merge makes -- is always kept; a merge that remakes an earlier token adds no token.
+    """
+    if isinstance(vocab_size, bool) or not isinstance(vocab_size, int):
+        raise TokenizerError(f"the vocabulary size must be an integer, not {vocab_size!r}")
+    made_ids = {new for _, _, new in tok.merges}
+    base = [tid for tid in tok.vocab if tid not in made_ids]
+    if vocab_size < len(base):
+        raise TokenizerError(
+            f"--vocab-size {vocab_size} is smaller than the {len(base)} base tokens (bytes and special tokens); "
+            f"use at least {len(base)}"
+        )
+    if vocab_size > tok.vocab_size:
+        raise TokenizerError(
+            f"--vocab-size {vocab_size} is larger than the tokenizer ({tok.vocab_size} tokens); use at most {tok.vocab_size}"
+        )
+    if vocab_size == tok.vocab_size:
+        return tok
+    want = vocab_size - len(base)
+    kept = set()
+    end = 0
+    for end, (_, _, new) in enumerate(tok.merges):
+        if new not in kept:
+            if len(kept) == want:
+                break
+            kept.add(new)
+    else:
+        end = len(tok.merges)
+    merges = tok.merges[:end]
+    vocab = {tid: data for tid, data in tok.vocab.items() if tid not in made_ids or tid in kept}
+    return Tokenizer(vocab, merges, tok.symbols, pretokenizer=tok.pretokenizer.name, tie_break=tok.tie_break)
+
+
+def export_tokenizer(tok: Tokenizer, fmt: str, path, vocab_size: Optional[int] = None) -> List[str]:
+    """Writes ``tok`` (its first merges only, with ``vocab_size``) in format ``fmt``;
+    returns the paths written.
+
+    * ``hf``: ``path`` is the ``tokenizer.json`` file (inside ``path`` when it is a directory).
+    * ``gpt2``: ``path`` is a directory (created if missing) receiving ``vocab.json`` and ``merges.txt``.
+    * ``tiktoken``: ``path`` is the rank file; the sidecar ``path + ".json"`` holds the pattern
+      and special tokens.
+    * ``native``: ``path`` is the bpe-stream JSON file.
+    """
+    if fmt not in EXPORT_FORMATS:
+        raise TokenizerError(f"unknown export format {fmt!r}; choose one of {', '.join(EXPORT_FORMATS)}")
+    if vocab_size is not None:
+        tok = truncate(tok, vocab_size)
+    path = os.fspath(path)
+    if fmt == "hf":
+        from .hf import save_hf
+
+        return [save_hf(tok, path)]
+    if fmt == "gpt2":
+        from .gpt2 import save_gpt2
+
+        return save_gpt2(tok, path)
+    if fmt == "tiktoken":
+        from .tiktoken_file import save_tiktoken
+
+        return save_tiktoken(tok, path)
+    from .native import save_native
+
+    if os.path.isdir(path):
+        raise TokenizerError(f"{path} is a directory; give the tokenizer file's name")
+    save_native(tok, path)
+    return [path]

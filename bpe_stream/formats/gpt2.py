@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import os
-from typing import List, Optional, Sequence
+from typing import List, Optional, Sequence, Tuple
 
 from ..tokenizer import Tokenizer, TokenizerError
 from .printable import from_printable
@@ -75,3 +75,84 @@ def is_gpt2_dir(path) -> bool:
 
 def gpt2_dir_files(path) -> List[str]:
     return [os.path.join(path, "vocab.json"), os.path.join(path, "merges.txt")]
+
+
+MERGES_VERSION_LINE = "#version: 0.2\n"
+
+
+def save_gpt2(tok: Tokenizer, directory) -> List[str]:
+    """Writes ``vocab.json`` (printable token -> id, in id order, written as GPT-2's own file
+    is) and ``merges.txt`` (a ``#version: 0.2`` line, then ``left right`` per merge) into
+    ``directory`` (created if missing); returns both paths.
+
+    The pair holds no pretokenizer: readers (``Tokenizer.from_files``, HF's
+    ``BPE.from_file``) assume GPT-2's, so other pretokenizers are an error, as are the word
+    marker and document boundaries.  Special tokens are written as their text and come
+    back as the tokens no merge makes.
+    """
+    from ..atomic import atomic_write
+    from .hf import printable_keys, reject_end_of_word
+
+    directory = os.fspath(directory)
+    if os.path.exists(directory) and not os.path.isdir(directory):
+        raise TokenizerError(f"{directory} is a file; the gpt2 format is a directory (vocab.json + merges.txt)")
+    reject_end_of_word(tok, "the GPT-2 vocab.json/merges.txt format")
+    if tok.doc_start_id is not None or tok.doc_end_id is not None:
+        raise TokenizerError("the GPT-2 vocab.json/merges.txt format cannot add document boundaries; "
+                             "export with --format hf (or native)")
+    if tok.pretokenizer.name != "gpt2":
+        raise TokenizerError(
+            f"vocab.json/merges.txt record no pretokenizer and are read with GPT-2's, not {tok.pretokenizer.name!r}; "
+            "export with --format hf or tiktoken, which record the pattern"
+        )
+    keys = printable_keys(tok, "vocab.json")
+    made = {new for _, _, new in tok.merges}
+    symbol_ids = {sid for sid, _, _ in tok.symbols}
+    for tid, data in tok.vocab.items():
+        if tid not in symbol_ids and len(data) > 1 and tid not in made:
+            raise TokenizerError(
+                f"token {tid} ({data!r}) is made by no merge; readers of vocab.json would take it for a special "
+                "token, so export with --format hf"
+            )
+    for sid, _, text in tok.symbols:
+        if len(text.encode("utf-8")) < 2:
+            raise TokenizerError(
+                f"the special token {text!r} is a single byte; readers of vocab.json would take it for a byte token, "
+                "so export with --format hf"
+            )
+    os.makedirs(directory, exist_ok=True)
+    vocab_path, merges_path = gpt2_dir_files(directory)
+    vocab_doc = {keys[tid]: tid for tid in sorted(tok.vocab)}
+    with atomic_write(merges_path, "w") as f:
+        f.write(MERGES_VERSION_LINE)
+        f.write("".join(f"{keys[left]} {keys[right]}\n" for left, right, _ in tok.merges))
+    with atomic_write(vocab_path, "w") as f:
+        f.write(json.dumps(vocab_doc))  # GPT-2's own layout: ", " / ": " separators, ASCII escapes
+    return [vocab_path, merges_path]
+
+
+def gpt2_pairs(directory) -> List[Tuple[str, str]]:
+    """The ``PREFIXvocab.json`` + ``PREFIXmerges.txt`` pairs in ``directory`` (``vocab.json``
+    + ``merges.txt`` first), e.g. CS336's ``gpt2_vocab.json`` + ``gpt2_merges.txt``."""
+    directory = os.fspath(directory)
+    names = set(os.listdir(directory))
+    pairs = []
+    for name in sorted(names, key=lambda n: (n != "vocab.json", n)):
+        if name.endswith("vocab.json"):
+            merges = name[: -len("vocab.json")] + "merges.txt"
+            if merges in names:
+                pairs.append((os.path.join(directory, name), os.path.join(directory, merges)))
+    return pairs
+
+
+def partner_file(path) -> Optional[Tuple[str, str]]:
+    """``(vocab_json, merges_txt)`` when ``path`` is one of a ``*vocab.json``/``*merges.txt``
+    pair whose other half sits beside it."""
+    path = os.fspath(path)
+    directory, name = os.path.split(path)
+    for mine, other in (("vocab.json", "merges.txt"), ("merges.txt", "vocab.json")):
+        if name.endswith(mine):
+            partner = os.path.join(directory, name[: -len(mine)] + other)
+            if os.path.isfile(partner):
+                return (path, partner) if mine == "vocab.json" else (partner, path)
+    return None

@@ -1,0 +1,185 @@
+"""The out-of-core trainer: symbol sequences on disk (LMDB), only the pair index in memory.
+
+Used when the in-memory trainer would not fit the memory budget.  The sequence table
+maps a word id (4 bytes, big-endian, so ids append in key order) to the word's count
+(8 bytes) and its current symbols (little-endian uint32).  It lives in a scratch LMDB
+environment beside the store (``<store>/train-scratch``, rebuilt on every run and
+removed after it, never part of the store's durable state) opened without fsync:
+losing it loses nothing a resume cannot rebuild from the store and the checkpoint.
+
+The pair index (``_fastbpe.PairIndex``) keeps each pair's 64-bit count, the ids of the
+words that may hold it as packed uint32 arrays (stale ids are skipped when met) and the
+heap, with exactly the in-memory trainer's order and tie-break; each merge reads the
+words of the merged pair from LMDB, rewrites them in C and writes back those that
+changed.  The result is byte-identical to the in-memory path for every tie-break (the
+tests compare the two).  Nothing here is approximate: when even the pair index would not
+fit, training still runs this exact algorithm (slower, as the machine swaps or pages), it
+never subsamples or prunes pairs.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from array import array
+from typing import Callable, Iterable, List, Optional, Sequence, Tuple
+
+import lmdb
+
+from .bpe import TIE_BREAKS
+
+try:
+    from . import _fastbpe
+except ImportError:  # pragma: no cover - depends on the build
+    _fastbpe = None
+
+_BATCH = 50_000
+_SLICE = 8192  # words of one merge read, rewritten and written at a time
+_REMAP_EVERY = 16  # commits between two reopenings of the table
+_DIRTY_ROWS = 16384  # rows written before a commit: each may dirty a 4 KiB page (kept for replay)
+
+
+class DiskSequences:
+    """Word id -> (count, symbols) in a scratch LMDB environment."""
+
+    def __init__(self, directory: str):
+        self.directory = directory
+        if os.path.exists(directory):
+            shutil.rmtree(directory)
+        os.makedirs(directory)
+        self.map_size = 1 << 30
+        self.env = self._open()
+        self.commits = 0
+        self.txn = None  # one write transaction spans many merges: commits are the cost
+        self.dirty = 0
+        self.uncommitted: List[List[Tuple[bytes, bytes]]] = []  # replayed if the map fills
+
+    def _open(self):
+        return lmdb.open(self.directory, map_size=self.map_size, sync=False, metasync=False, readahead=False, max_dbs=0)
+
+    def close(self, remove: bool = True) -> None:
+        if self.txn is not None:
+            self.txn.abort()
+            self.txn = None
+        self.env.close()
+        if remove:
+            shutil.rmtree(self.directory, ignore_errors=True)
+
+    def _begin(self):
+        if self.txn is None:
+            self.txn = self.env.begin(write=True)
+        return self.txn
+
+    def commit(self) -> None:
+        if self.txn is not None:
+            self.txn.commit()
+            self.txn = None
+        self.dirty = 0
+        self.uncommitted = []
+        self.commits += 1
+        if self.commits % _REMAP_EVERY == 0:
+            # Pages of the table read so far stay mapped, and so count as this process's
+            # memory, until the map is dropped; reopening drops it (the OS keeps them as
+            # cache) so resident memory follows the pair index, not the table's size.
+            self.env.close()
+            self.env = self._open()
+
+    def put_many(self, rows: List[Tuple[bytes, bytes]]) -> None:
+        """Writes (key, value) rows; commits when the batch grows large, grows the map when full."""
+        if not rows:
+            return
+        self.uncommitted.append(rows)
+        while True:
+            try:
+                if self.txn is None:  # a fresh transaction after a failure: replay the batch
+                    cursor = self._begin().cursor()
+                    for earlier in self.uncommitted:
+                        cursor.putmulti(earlier)
+                else:
+                    self.txn.cursor().putmulti(rows)
+                break
+            except lmdb.MapFullError:
+                self.txn.abort()
+                self.txn = None
+                self.map_size *= 2
+                self.env.set_mapsize(self.map_size)
+        self.dirty += len(rows)
+        if self.dirty >= _DIRTY_ROWS:
+            self.commit()
+
+    def get_many(self, keys: List[bytes]) -> List[Tuple[bytes, bytes]]:
+        """The (key, value) rows of ``keys`` (sorted), as the open batch sees them."""
+        return self._begin().cursor().getmulti(keys)
+
+
+def train_on_disk(
+    words: Iterable[Tuple[bytes, int]],
+    tokens: List[bytes],
+    marker_id: Optional[int],
+    tie_break: str,
+    limit: int,
+    min_count: int,
+    forced: Sequence[Tuple[int, int]],
+    scratch_dir: str,
+    on_progress: Optional[Callable[[List[Tuple[int, int, int]], int, int], None]] = None,
+    every: int = 64,
+) -> List[Tuple[int, int, int]]:
+    """Learns up to ``limit`` merges; returns ``(left, right, count)`` in order."""
+    if _fastbpe is None:
+        raise RuntimeError("the out-of-core trainer needs the C extension; reinstall bpe-stream with a C compiler")
+    index = _fastbpe.PairIndex(list(tokens), TIE_BREAKS.index(tie_break))
+    table = DiskSequences(scratch_dir)
+    try:
+        pending: List[Tuple[bytes, bytes]] = []
+        wid = 0
+        for pretoken, n in words:
+            seq = array("I")
+            seq.extend(pretoken)  # (array("I", some_bytes) would read raw machine words)
+            if marker_id is not None:
+                seq.append(marker_id)
+            if len(seq) < 2:
+                continue
+            data = seq.tobytes()
+            index.add_word(wid, n, data)
+            pending.append((wid.to_bytes(4, "big"), n.to_bytes(8, "little") + data))
+            wid += 1
+            if len(pending) >= _BATCH:
+                table.put_many(pending)
+                pending = []
+        table.put_many(pending)
+        table.commit()
+        pending = []
+        index.build_heap()
+        if os.environ.get("BPE_STREAM_DEBUG"):
+            print("pair index after build:", index.memory(), file=sys.stderr)
+
+        done: List[Tuple[int, int, int]] = []
+        batch: List[Tuple[int, int, int]] = []
+        while len(done) < limit:
+            if len(done) < len(forced):
+                left, right = forced[len(done)]
+                count = index.count(left, right)
+            else:
+                best = index.pop_best(max(1, min_count))
+                if best is None:
+                    break
+                left, right, count = best
+            keys = index.take_words(left, right)
+            index.begin_merge(left, right)
+            for start in range(0, len(keys), _SLICE):
+                table.put_many(index.merge_rows(table.get_many(keys[start:start + _SLICE])))
+            index.end_merge()
+            done.append((left, right, count))
+            batch.append((left, right, count))
+            if len(batch) >= every:
+                if on_progress is not None:
+                    on_progress(batch, len(done), limit)
+                batch = []
+        if batch and on_progress is not None:
+            on_progress(batch, len(done), limit)
+        if os.environ.get("BPE_STREAM_DEBUG"):
+            print("pair index at the end:", index.memory(), file=sys.stderr)
+        return done
+    finally:
+        table.close()

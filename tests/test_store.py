@@ -1,0 +1,364 @@
+"""The LMDB word-frequency store, and counting into it (count_sources) against the oracle."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections import Counter
+from pathlib import Path
+
+import lmdb
+import msgpack
+import pytest
+import textbook
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from bpe_stream import store as store_mod
+from bpe_stream.counting import count_sources, make_settings
+from bpe_stream.reader import Source
+from bpe_stream.store import Store, StoreError
+
+GPT2 = make_settings("gpt2", ["<|endoftext|>"])
+
+
+def add(st_, counts):
+    """Adds counts in one transaction; returns how many pretokens were new."""
+    res = st_.write(lambda txn: st_.add_counts(txn, counts))
+    return res[0] if isinstance(res, tuple) else res
+
+
+def all_words(st_):
+    with st_.reader() as txn:
+        return dict(st_.iter_words(txn))
+
+
+def oracle_counts(texts, settings_):
+    """Textbook counts (bytes keys) of documents given as bytes."""
+    pattern = {"gpt2": textbook.GPT2_PATTERN, "whitespace": textbook.WHITESPACE_PATTERN,
+               "words": textbook.WORDS_PATTERN, "none": None}.get(settings_["pretokenizer"], settings_["pattern"])
+    counts = Counter()
+    for data in texts:
+        text = data.decode("utf-8", "surrogateescape")
+        for special, piece in textbook.pretokens(text, pattern, settings_["special_tokens"]):
+            if not special:
+                counts[textbook.to_bytes(piece)] += 1
+    return counts
+
+
+# -- opening ---------------------------------------------------------------------------
+def test_create_write_reopen(store_dir):
+    with Store.open(store_dir, create=True) as st_:
+        st_.ensure_settings(GPT2)
+        assert add(st_, {b"hello": 3, b" world": 1}) == 2
+        assert add(st_, {b"hello": 2, b"new": 1}) == 1
+    with Store.open(store_dir, readonly=True) as st_:
+        assert st_.settings() == GPT2
+        assert all_words(st_) == {b"hello": 5, b" world": 1, b"new": 1}
+        assert st_.count_of(b"hello") == 5 and st_.count_of(b"absent") == 0
+        assert st_.unique_words() == 3
+
+
+def test_missing_store_is_an_error(tmp_path):
+    with pytest.raises(StoreError, match="count"):
+        Store.open(tmp_path / "nope")
+    with pytest.raises(StoreError):
+        Store.open(tmp_path / "nope", readonly=True)
+    assert not (tmp_path / "nope").exists()
+
+
+def test_not_a_store(tmp_path):
+    f = tmp_path / "file"
+    f.write_text("x")
+    with pytest.raises(StoreError):
+        Store.open(f, create=True)
+    d = tmp_path / "dir"
+    d.mkdir()
+    (d / "notes.txt").write_text("mine")
+    with pytest.raises(StoreError):
+        Store.open(d, create=True)
+    assert (d / "notes.txt").read_text() == "mine"
+    # an LMDB environment that is not ours
+    other = tmp_path / "other"
+    env = lmdb.open(str(other), max_dbs=2)
+    with env.begin(write=True) as txn:
+        txn.put(b"k", b"v")
+    env.close()
+    with pytest.raises(StoreError):
+        Store.open(other, create=True)
+    with pytest.raises(StoreError):
+        Store.open(other, readonly=True)
+
+
+def _write_meta(path, info):
+    env = lmdb.open(str(path), max_dbs=8)
+    db = env.open_db(b"meta")
+    with env.begin(write=True) as txn:
+        txn.put(b"info", msgpack.packb(info, use_bin_type=True), db=db)
+    env.close()
+
+
+def test_newer_format_is_refused(store_dir):
+    with Store.open(store_dir, create=True) as st_:
+        st_.ensure_settings(GPT2)
+        info = st_.info()
+    info["format"] = store_mod.FORMAT_VERSION + 1
+    _write_meta(store_dir, info)
+    with pytest.raises(StoreError, match="newer|upgrade"):
+        Store.open(store_dir, readonly=True)
+    with pytest.raises(StoreError, match="newer|upgrade"):
+        Store.open(store_dir, create=True)
+
+
+def test_wrong_magic_is_refused(store_dir):
+    with Store.open(store_dir, create=True) as st_:
+        st_.ensure_settings(GPT2)
+        info = st_.info()
+    info["magic"] = "someone else"
+    _write_meta(store_dir, info)
+    with pytest.raises(StoreError):
+        Store.open(store_dir, readonly=True)
+
+
+def test_settings_mismatch(store_dir):
+    with Store.open(store_dir, create=True) as st_:
+        assert st_.ensure_settings(GPT2) == GPT2
+        assert st_.ensure_settings(make_settings("gpt2", ["<|endoftext|>"])) == GPT2
+        for other in (make_settings("whitespace", ["<|endoftext|>"]), make_settings("gpt2", []),
+                      make_settings("gpt2", ["<|endoftext|>"], "</w>"), make_settings("gpt2", ["<|endoftext|>", "<|x|>"])):
+            with pytest.raises(StoreError):
+                st_.ensure_settings(other)
+    with Store.open(store_dir, readonly=True) as st_:
+        assert st_.settings() == GPT2
+
+
+# -- counts ------------------------------------------------------------------------------
+def test_long_pretokens_and_key_size_boundary(store_dir):
+    with Store.open(store_dir, create=True) as st_:
+        st_.ensure_settings(GPT2)
+        limit = st_.max_key
+        keys = {b"a" * limit: 1, b"b" * (limit + 1): 2, bytes(range(256)) * 5: 3, b"\xff" * 4000: 4, b"": 5}
+        assert add(st_, keys) == len(keys)
+        assert add(st_, {b"b" * (limit + 1): 10, b"\xff" * 4000: 1}) == 0
+        expected = dict(keys)
+        expected[b"b" * (limit + 1)] += 10
+        expected[b"\xff" * 4000] += 1
+        assert all_words(st_) == expected
+        for k, n in expected.items():
+            assert st_.count_of(k) == n
+        assert st_.unique_words() == len(keys)
+        # two long words sharing a 511-byte prefix stay apart
+        add(st_, {b"c" * 600 + b"x": 1, b"c" * 600 + b"y": 2})
+        assert st_.count_of(b"c" * 600 + b"x") == 1 and st_.count_of(b"c" * 600 + b"y") == 2
+
+
+def test_counts_above_32_bits(store_dir):
+    big = 2**33 + 5
+    with Store.open(store_dir, create=True) as st_:
+        st_.ensure_settings(GPT2)
+        add(st_, {b"x": big, b"y" * 600: big})
+        add(st_, {b"x": big, b"y" * 600: 2**40})
+    with Store.open(store_dir, readonly=True) as st_:
+        assert st_.count_of(b"x") == 2 * big
+        assert st_.count_of(b"y" * 600) == big + 2**40
+
+
+def test_totals_add_up(store_dir):
+    with Store.open(store_dir, create=True) as st_:
+        st_.ensure_settings(GPT2)
+        before = st_.totals()
+        st_.write(lambda txn: st_.bump_totals(txn, {"bytes": 2**35, "documents": 2}))
+        st_.write(lambda txn: st_.bump_totals(txn, {"bytes": 7, "documents": 1, "pretokens": 4}))
+        after = st_.totals()
+    assert after["bytes"] - before.get("bytes", 0) == 2**35 + 7
+    assert after["documents"] - before.get("documents", 0) == 3
+    assert after["pretokens"] - before.get("pretokens", 0) == 4
+
+
+def test_map_grows_when_full(store_dir, monkeypatch):
+    monkeypatch.setattr(store_mod, "_INITIAL_MAP_SIZE", 64 << 10)
+    expected = {}
+    with Store.open(store_dir, create=True) as st_:
+        st_.ensure_settings(GPT2)
+        assert st_.env.info()["map_size"] <= 64 << 10
+        for batch in range(3):
+            counts = {f"pretoken-{batch}-{i:06d}-".encode() * 3: i + 1 for i in range(3000)}
+            counts[b"L" * 700 + str(batch).encode()] = 2**34
+            add(st_, counts)
+            expected.update(counts)
+        assert st_.env.info()["map_size"] > 64 << 10
+    assert os.path.getsize(store_dir / "data.mdb") > 64 << 10
+    with Store.open(store_dir, readonly=True) as st_:
+        assert all_words(st_) == expected
+
+
+# -- counting into the store -------------------------------------------------------------
+def _count(store_path, paths, settings_, **kw):
+    with Store.open(store_path, create=True) as st_:
+        summary = count_sources(st_, [Source.from_arg(str(p)) for p in paths], settings_, **kw)
+        return summary, all_words(st_), st_.totals()
+
+
+def test_runs_add_up_and_files_are_skipped(tmp_path, store_dir):
+    a, b = tmp_path / "a.txt", tmp_path / "b.txt"
+    a.write_bytes(b"hello world<|endoftext|>hello again\n")
+    b.write_bytes("über \xff café hello".encode("utf-8", "surrogateescape") + b"\xe4")
+    messages = []
+    _, words, totals = _count(store_dir, [a], GPT2, on_message=messages.append)
+    assert words == oracle_counts([a.read_bytes()], GPT2)
+    assert totals["bytes"] == a.stat().st_size and totals["documents"] == 2
+    s2, words, totals = _count(store_dir, [a, b], GPT2, on_message=messages.append)
+    assert [str(x) for x in s2.skipped] == [str(a)]
+    assert any("skipped" in m and str(a) in m for m in messages)
+    assert words == oracle_counts([a.read_bytes(), b.read_bytes()], GPT2)
+    assert totals["bytes"] == a.stat().st_size + b.stat().st_size
+    assert totals["documents"] == 3
+    s3, words, totals = _count(store_dir, [a], GPT2, recount=True)
+    assert not s3.skipped
+    assert words == oracle_counts([a.read_bytes(), a.read_bytes(), b.read_bytes()], GPT2)
+    # a changed file is counted again
+    a.write_bytes(b"changed text")
+    s4, words, _ = _count(store_dir, [a], GPT2)
+    assert not s4.skipped
+    assert words == oracle_counts([b"hello world<|endoftext|>hello again\n"] * 2 + [b.read_bytes(), b"changed text"], GPT2)
+
+
+text_part = st.sampled_from(
+    ["hello", " world", " ", "  ", "\n", "\r\n", "\t", "'ll", "don't", "123456", "中文", "😀", "!!", " é",
+     "<|endoftext|>", "<|a b|>", "<|a", "b|>", "\u00a0", "x"]
+).map(str.encode) | st.sampled_from([b"\xff", b"\xe4", b"\xe4\xb8"])
+doc_st = st.lists(text_part, max_size=60).map(b"".join)
+SETTING_CHOICES = [
+    make_settings("gpt2", ["<|endoftext|>"]),
+    make_settings("gpt2", ["<|a b|>", "<|endoftext|>"]),
+    make_settings("cl100k", ["<|endoftext|>"]),
+    make_settings("o200k", []),
+    make_settings("whitespace", ["<|a b|>"]),
+    make_settings("words", []),
+    make_settings("none", ["<|endoftext|>"]),
+]
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(st.lists(doc_st, min_size=1, max_size=3), st.sampled_from(SETTING_CHOICES),
+       st.integers(min_value=1, max_value=40), st.integers(min_value=1, max_value=9))
+def test_count_sources_equals_oracle_for_any_range_and_chunk_size(tmp_path, docs, settings_, range_bytes, chunk_bytes):
+    if settings_["pretokenizer"] in ("cl100k", "o200k"):
+        from conftest import tiktoken_pattern
+
+        settings_ = dict(settings_)
+        assert settings_["pattern"] == tiktoken_pattern(settings_["pretokenizer"] + "_base")
+    work = Path(tempfile.mkdtemp(dir=tmp_path))
+    paths = []
+    for i, data in enumerate(docs):
+        p = work / f"doc{i}.txt"
+        p.write_bytes(data)
+        paths.append(p)
+    _, words, totals = _count(work / "store", paths, settings_, range_bytes=range_bytes, chunk_bytes=chunk_bytes)
+    assert words == oracle_counts(docs, settings_)
+    assert totals["bytes"] == sum(map(len, docs))
+    assert totals["pretokens"] == sum(oracle_counts(docs, settings_).values())
+
+
+def test_planned_ranges_never_split_a_special_token(tmp_path, store_dir):
+    """A special token holding a space, placed so that the first planned cut falls on that space
+    and the token starts more than 4 bytes before the cut."""
+    special = "<|abcdef gh|>"
+    s = make_settings("gpt2", [special])
+    target = 64
+    data = (b"y" * (target - 8) + special.encode() + b" tail words here" * 8)
+    path = tmp_path / "doc.txt"
+    path.write_bytes(data)
+    _, words, _ = _count(store_dir, [path], s, range_bytes=target)
+    assert words == oracle_counts([data], s)
+
+
+def test_parallel_counting_equals_serial(tmp_path, cs336):
+    data = (cs336 / "corpus.en").read_bytes()[:40000] + b"\xff\xfe <|endoftext|> " + "中文 😀".encode() * 50
+    path = tmp_path / "doc.txt"
+    path.write_bytes(data)
+    expected = oracle_counts([data], GPT2)
+    for workers in (1, 2):
+        _, words, totals = _count(tmp_path / f"store{workers}", [path], GPT2, workers=workers, range_bytes=1000)
+        assert words == expected
+        assert totals["bytes"] == len(data)
+
+
+def test_count_after_settings_mismatch_leaves_store_unchanged(tmp_path, store_dir):
+    a = tmp_path / "a.txt"
+    a.write_bytes(b"some text here")
+    _count(store_dir, [a], GPT2)
+    with pytest.raises(StoreError):
+        _count(store_dir, [a], make_settings("words", ["<|endoftext|>"]), recount=True)
+    with Store.open(store_dir, readonly=True) as st_:
+        assert all_words(st_) == oracle_counts([a.read_bytes()], GPT2)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(doc_st, st.sampled_from(SETTING_CHOICES), st.integers(min_value=1, max_value=40),
+       st.integers(min_value=1, max_value=9))
+def test_count_stdin_equals_oracle_for_any_piece_and_chunk_size(tmp_path, monkeypatch, data, settings_, piece_bytes,
+                                                                chunk_bytes):
+    """Stdin is cut into pieces by the parent (it cannot be planned ahead); any piece size and
+    read size gives the counts of the whole."""
+    import io
+    import sys
+
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(data)))
+    work = Path(tempfile.mkdtemp(dir=tmp_path))
+    with Store.open(work / "store", create=True) as st_:
+        count_sources(st_, [Source.from_arg("-")], settings_, range_bytes=piece_bytes, chunk_bytes=chunk_bytes)
+        words, totals = all_words(st_), st_.totals()
+    assert words == oracle_counts([data], settings_)
+    assert totals["bytes"] == len(data)
+    assert totals["documents"] == 1 + sum(
+        1 for s, _ in textbook.pretokens(data.decode("utf-8", "surrogateescape"), None, settings_["special_tokens"]) if s)
+
+
+def test_killed_run_resumes_without_double_counting(tmp_path, store_dir, monkeypatch, cs336):
+    """Each flush commits counts, totals and the file's progress together; a run killed in the
+    middle of a flush leaves the earlier batches, and a rerun counts exactly the rest."""
+    from bpe_stream import counting
+
+    data = (cs336 / "corpus.en").read_bytes()[:20000]
+    path = tmp_path / "doc.txt"
+    path.write_bytes(data)
+    expected = oracle_counts([data], GPT2)
+    monkeypatch.setattr(counting, "COUNTER_ENTRY_BYTES", 1 << 30)  # every range result triggers a flush
+    calls = {"n": 0}
+    real_bump = Store.bump_totals
+
+    def dying_bump(self, txn, delta):
+        calls["n"] += 1
+        if calls["n"] == 4:
+            raise KeyboardInterrupt("killed")
+        return real_bump(self, txn, delta)
+
+    monkeypatch.setattr(Store, "bump_totals", dying_bump)
+    with pytest.raises(KeyboardInterrupt):
+        _count(store_dir, [path], GPT2, range_bytes=1500)
+    with Store.open(store_dir, readonly=True) as st_:
+        partial = all_words(st_)
+        assert 0 < sum(partial.values()) < sum(expected.values())
+    monkeypatch.setattr(Store, "bump_totals", real_bump)
+    messages = []
+    summary, words, totals = _count(store_dir, [path], GPT2, range_bytes=1500, on_message=messages.append)
+    assert any("resum" in m for m in messages), messages
+    assert words == expected
+    assert totals["bytes"] == len(data)
+    assert totals["pretokens"] == sum(expected.values())
+    assert totals["documents"] == 1
+    # and it is done: a third run skips it
+    summary, words, _ = _count(store_dir, [path], GPT2)
+    assert [str(s) for s in summary.skipped] == [str(path)] and words == expected
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_strict_utf8_names_the_file_offset(tmp_path, store_dir, workers):
+    from bpe_stream.reader import InputError
+
+    data = b"word " * 400 + b"\xff" + b" more words" * 50
+    path = tmp_path / "doc.txt"
+    path.write_bytes(data)
+    with pytest.raises(InputError, match=r"offset 2000\b"):
+        _count(store_dir, [path], GPT2, strict_utf8=True, range_bytes=300, workers=workers, chunk_bytes=7)
