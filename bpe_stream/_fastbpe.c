@@ -796,6 +796,244 @@ static PyTypeObject PairIndexType = {
     .tp_methods = PairIndex_methods,
 };
 
+
+/* ------------------------------------------------------------------------------------
+ * Encoder: pretokens to ids by merge rank, with a cache pretoken -> ids.
+ *
+ * Each pretoken's bytes (UTF-8, lone surrogates back to their bytes) become byte ids,
+ * then the adjacent pair of lowest merge rank is merged, leftmost first among equal
+ * ranks, until no pair has a rank -- the same as replaying the merges in training order
+ * (bpe.encode_by_rank is the reference).  A heap over positions keeps a long pretoken
+ * (a CJK clause, a whole document) at O(n log n).
+ * ------------------------------------------------------------------------------------ */
+typedef struct {
+    uint64_t key;
+    uint32_t rank, id;
+} RankSlot;
+
+typedef struct {
+    PyObject_HEAD
+    RankSlot *ranks;
+    uint64_t mask;
+    uint32_t byte_ids[256];
+    int64_t marker; /* -1: none */
+    PyObject *cache; /* dict: str -> bytes (uint32 ids) */
+    Py_ssize_t cache_limit;
+    /* scratch */
+    uint32_t *sym, *nxt, *prv;
+    uint64_t *heap; /* (rank << 32) | pos */
+    size_t cap;
+} EncoderObject;
+
+static void Encoder_dealloc(EncoderObject *self) {
+    free(self->ranks); free(self->sym); free(self->nxt); free(self->prv); free(self->heap);
+    Py_XDECREF(self->cache);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static inline const RankSlot *rank_find(const EncoderObject *e, uint64_t key) {
+    uint64_t h = hash64(key) & e->mask;
+    for (;;) {
+        const RankSlot *slot = &e->ranks[h];
+        if (slot->key == EMPTY_KEY) return NULL;
+        if (slot->key == key) return slot;
+        h = (h + 1) & e->mask;
+    }
+}
+
+static int Encoder_init(EncoderObject *self, PyObject *args, PyObject *kwds) {
+    PyObject *merges, *byte_ids;
+    long long marker;
+    Py_ssize_t cache_limit;
+    static char *kwlist[] = {"merges", "byte_ids", "marker", "cache_limit", NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!O!Ln", kwlist, &PyList_Type, &merges, &PyList_Type, &byte_ids,
+                                     &marker, &cache_limit))
+        return -1;
+    if (PyList_GET_SIZE(byte_ids) != 256) { PyErr_SetString(PyExc_ValueError, "byte_ids must have 256 entries"); return -1; }
+    for (int b = 0; b < 256; b++) {
+        unsigned long v = PyLong_AsUnsignedLong(PyList_GET_ITEM(byte_ids, b));
+        if (PyErr_Occurred()) return -1;
+        self->byte_ids[b] = (uint32_t)v;
+    }
+    self->marker = marker;
+    self->cache_limit = cache_limit;
+    Py_ssize_t n = PyList_GET_SIZE(merges);
+    uint64_t size = 16;
+    while (size < (uint64_t)n * 2 + 16) size *= 2;
+    free(self->ranks);
+    self->ranks = (RankSlot *)malloc(size * sizeof(RankSlot));
+    if (!self->ranks) { PyErr_NoMemory(); return -1; }
+    for (uint64_t i = 0; i < size; i++) self->ranks[i].key = EMPTY_KEY;
+    self->mask = size - 1;
+    for (Py_ssize_t r = 0; r < n; r++) {
+        unsigned int a, b, z;
+        if (!PyArg_ParseTuple(PyList_GET_ITEM(merges, r), "III", &a, &b, &z)) return -1;
+        uint64_t key = ((uint64_t)a << 32) | b;
+        uint64_t h = hash64(key) & self->mask;
+        while (self->ranks[h].key != EMPTY_KEY && self->ranks[h].key != key) h = (h + 1) & self->mask;
+        if (self->ranks[h].key == key) continue; /* the first merge of a pair wins */
+        self->ranks[h].key = key;
+        self->ranks[h].rank = (uint32_t)r;
+        self->ranks[h].id = z;
+    }
+    Py_XDECREF(self->cache);
+    self->cache = PyDict_New();
+    return self->cache ? 0 : -1;
+}
+
+static int ensure_scratch(EncoderObject *e, size_t n) {
+    if (n <= e->cap) return 0;
+    size_t cap = e->cap ? e->cap : 64;
+    while (cap < n) cap *= 2;
+    uint32_t *a = (uint32_t *)realloc(e->sym, cap * 4);
+    if (!a) return -1;
+    e->sym = a;
+    a = (uint32_t *)realloc(e->nxt, cap * 4);
+    if (!a) return -1;
+    e->nxt = a;
+    a = (uint32_t *)realloc(e->prv, cap * 4);
+    if (!a) return -1;
+    e->prv = a;
+    uint64_t *h = (uint64_t *)realloc(e->heap, (cap * 3 + 8) * 8); /* n initial pairs + 2 per merge */
+    if (!h) return -1;
+    e->heap = h;
+    e->cap = cap;
+    return 0;
+}
+
+static inline void mh_push(uint64_t *h, size_t *n, uint64_t v) {
+    size_t i = (*n)++;
+    while (i > 0) {
+        size_t p = (i - 1) / 2;
+        if (h[p] <= v) break;
+        h[i] = h[p];
+        i = p;
+    }
+    h[i] = v;
+}
+
+static inline uint64_t mh_pop(uint64_t *h, size_t *n) {
+    uint64_t top = h[0], v = h[--(*n)];
+    size_t i = 0;
+    for (;;) {
+        size_t l = 2 * i + 1;
+        if (l >= *n) break;
+        size_t c = (l + 1 < *n && h[l + 1] < h[l]) ? l + 1 : l;
+        if (h[c] >= v) break;
+        h[i] = h[c];
+        i = c;
+    }
+    if (*n) h[i] = v;
+    return top;
+}
+
+/* The ids of one pretoken as bytes (uint32), new reference. */
+static PyObject *encode_piece(EncoderObject *e, PyObject *piece) {
+    PyObject *raw = PyUnicode_AsEncodedString(piece, "utf-8", "surrogateescape");
+    if (!raw) return NULL;
+    const uint8_t *data = (const uint8_t *)PyBytes_AS_STRING(raw);
+    size_t n = (size_t)PyBytes_GET_SIZE(raw), len = n + (e->marker >= 0 ? 1 : 0);
+    if (ensure_scratch(e, len + 1) < 0) { Py_DECREF(raw); return PyErr_NoMemory(); }
+    uint32_t *sym = e->sym, *nxt = e->nxt, *prv = e->prv;
+    for (size_t i = 0; i < n; i++) sym[i] = e->byte_ids[data[i]];
+    Py_DECREF(raw);
+    if (e->marker >= 0) sym[n] = (uint32_t)e->marker;
+    size_t hn = 0;
+    for (size_t i = 0; i < len; i++) {
+        nxt[i] = i + 1 < len ? (uint32_t)(i + 1) : NONE;
+        prv[i] = i ? (uint32_t)(i - 1) : NONE;
+        if (i + 1 < len) {
+            const RankSlot *r = rank_find(e, ((uint64_t)sym[i] << 32) | sym[i + 1]);
+            if (r) mh_push(e->heap, &hn, ((uint64_t)r->rank << 32) | i);
+        }
+    }
+    size_t alive = len;
+    while (hn) {
+        uint64_t top = mh_pop(e->heap, &hn);
+        uint32_t rank = (uint32_t)(top >> 32), i = (uint32_t)(top & 0xFFFFFFFFu);
+        if (sym[i] == DEAD) continue;
+        uint32_t j = nxt[i];
+        if (j == NONE) continue;
+        const RankSlot *r = rank_find(e, ((uint64_t)sym[i] << 32) | sym[j]);
+        if (!r || r->rank != rank) continue; /* stale: the pair here changed */
+        sym[i] = r->id;
+        sym[j] = DEAD;
+        alive--;
+        uint32_t k = nxt[j];
+        nxt[i] = k;
+        if (k != NONE) prv[k] = i;
+        uint32_t p = prv[i];
+        if (p != NONE) {
+            const RankSlot *rp = rank_find(e, ((uint64_t)sym[p] << 32) | sym[i]);
+            if (rp) mh_push(e->heap, &hn, ((uint64_t)rp->rank << 32) | p);
+        }
+        if (k != NONE) {
+            const RankSlot *rk = rank_find(e, ((uint64_t)sym[i] << 32) | sym[k]);
+            if (rk) mh_push(e->heap, &hn, ((uint64_t)rk->rank << 32) | i);
+        }
+    }
+    PyObject *out = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)alive * 4);
+    if (!out) return NULL;
+    uint32_t *o = (uint32_t *)PyBytes_AS_STRING(out);
+    for (size_t i = 0; i < len; i = nxt[i]) {
+        *o++ = sym[i];
+        if (nxt[i] == NONE) break;
+    }
+    return out;
+}
+
+/* encode(pieces) -> bytes: the ids (uint32, native order) of the pretokens, in order. */
+static PyObject *Encoder_encode(EncoderObject *self, PyObject *args) {
+    PyObject *pieces;
+    if (!PyArg_ParseTuple(args, "O!", &PyList_Type, &pieces)) return NULL;
+    Py_ssize_t n = PyList_GET_SIZE(pieces);
+    size_t cap = (size_t)n * 2 + 16, len = 0;
+    uint32_t *buf = (uint32_t *)malloc(cap * 4);
+    if (!buf) return PyErr_NoMemory();
+    for (Py_ssize_t k = 0; k < n; k++) {
+        PyObject *piece = PyList_GET_ITEM(pieces, k);
+        PyObject *ids = PyDict_GetItemWithError(self->cache, piece); /* borrowed */
+        if (!ids) {
+            if (PyErr_Occurred()) { free(buf); return NULL; }
+            if (!PyUnicode_Check(piece)) { free(buf); PyErr_SetString(PyExc_TypeError, "pretokens must be str"); return NULL; }
+            ids = encode_piece(self, piece);
+            if (!ids) { free(buf); return NULL; }
+            if (PyDict_GET_SIZE(self->cache) >= self->cache_limit) PyDict_Clear(self->cache);
+            if (PyDict_SetItem(self->cache, piece, ids) < 0) { Py_DECREF(ids); free(buf); return NULL; }
+            Py_DECREF(ids); /* the cache holds it */
+        }
+        size_t m = (size_t)PyBytes_GET_SIZE(ids) / 4;
+        if (len + m > cap) {
+            while (len + m > cap) cap *= 2;
+            uint32_t *d = (uint32_t *)realloc(buf, cap * 4);
+            if (!d) { free(buf); return PyErr_NoMemory(); }
+            buf = d;
+        }
+        memcpy(buf + len, PyBytes_AS_STRING(ids), m * 4);
+        len += m;
+    }
+    PyObject *out = PyBytes_FromStringAndSize((const char *)buf, (Py_ssize_t)len * 4);
+    free(buf);
+    return out;
+}
+
+static PyMethodDef Encoder_methods[] = {
+    {"encode", (PyCFunction)Encoder_encode, METH_VARARGS, "encode(pretokens) -> bytes of uint32 ids."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject EncoderType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "bpe_stream._fastbpe.Encoder",
+    .tp_basicsize = sizeof(EncoderObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Encoder(merges, byte_ids, marker, cache_limit): pretokens to ids by merge rank.",
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)Encoder_init,
+    .tp_dealloc = (destructor)Encoder_dealloc,
+    .tp_methods = Encoder_methods,
+};
+
 static PyMethodDef methods[] = {
     {"train", (PyCFunction)train, METH_VARARGS, NULL},
     {NULL, NULL, 0, NULL},
@@ -805,12 +1043,18 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_fastbpe", "The BPE 
 
 PyMODINIT_FUNC PyInit__fastbpe(void) {
     methods[0].ml_doc = TRAIN_DOC;
-    if (PyType_Ready(&PairIndexType) < 0) return NULL;
+    if (PyType_Ready(&PairIndexType) < 0 || PyType_Ready(&EncoderType) < 0) return NULL;
     PyObject *m = PyModule_Create(&module);
     if (!m) return NULL;
     Py_INCREF(&PairIndexType);
     if (PyModule_AddObject(m, "PairIndex", (PyObject *)&PairIndexType) < 0) {
         Py_DECREF(&PairIndexType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    Py_INCREF(&EncoderType);
+    if (PyModule_AddObject(m, "Encoder", (PyObject *)&EncoderType) < 0) {
+        Py_DECREF(&EncoderType);
         Py_DECREF(m);
         return NULL;
     }

@@ -17,7 +17,8 @@ from typing import List, Optional
 import typer
 
 from . import __version__
-from .counting import count_sources, default_workers, make_settings
+from .estimate import default_budget
+from .counting import count_sources, default_workers, make_runner, make_settings
 from .formats import load_any
 from .formats.native import rules_digest
 from .ids_io import FORMATS, read_ids, write_ids
@@ -37,7 +38,7 @@ app = typer.Typer(
 
 USER_ERRORS = (StoreError, InputError, TokenizerError, TrainError, PretokenizeError, ValueError)
 
-StoreOpt = typer.Option(None, "--store", help="Store directory [default: $BPE_STREAM_STORE or ./bpe-store].")
+StoreOpt = typer.Option(None, "--store", help="Store directory \\[default: $BPE_STREAM_STORE or ./bpe-store].")
 QuietOpt = typer.Option(False, "--quiet", "-q", help="No progress bar or summary on stderr.")
 TokOpt = typer.Option(..., "--tokenizer", "-t", help="Tokenizer file (or GPT-2 vocab.json+merges.txt directory).")
 
@@ -120,14 +121,18 @@ def count(
         None, "--pretokenizer", help="gpt2 (default), cl100k, o200k, whitespace, words, none or regex:PATTERN."
     ),
     end_of_word: Optional[str] = typer.Option(None, "--end-of-word", help="Word-end marker added to every pretoken."),
-    max_memory: str = typer.Option("1G", "--max-memory", help="Counting buffer before a flush to the store."),
-    workers: Optional[int] = typer.Option(None, "--workers", "-w", min=1, help="Processes [default: all cores]."),
+    max_memory: Optional[str] = typer.Option(
+        None, "--max-memory", help="Memory budget; counts are flushed to the store before it is reached \\[default: half the available memory]."
+    ),
+    workers: Optional[int] = typer.Option(None, "--workers", "-w", min=1, help="Processes \\[default: all cores]."),
+    engine: str = typer.Option("local", "--engine", help="local (processes here) or dask (a Dask cluster)."),
+    scheduler: Optional[str] = typer.Option(None, "--scheduler", help="Dask scheduler address; none starts a LocalCluster."),
     recount: bool = typer.Option(False, "--recount", help="Count files again even if already counted."),
     strict_utf8: bool = typer.Option(False, "--strict-utf8", help="Stop at invalid UTF-8 instead of keeping it."),
     quiet: bool = QuietOpt,
 ):
     """Stream text into the word-frequency store; runs add up."""
-    budget = parse_size(max_memory)
+    budget = parse_size(max_memory) if max_memory else default_budget()
     with user_errors():
         sources = [Source.from_arg(p) for p in (paths or [STDIN])]
         with Store.open(store_path(store), create=True) as st:
@@ -140,9 +145,11 @@ def count(
             settings = make_settings(
                 merged.get("pretokenizer") or "gpt2", merged.get("special_tokens") or [], merged.get("end_of_word")
             )
+            n_workers = workers or default_workers()
+            runner = make_runner(engine, n_workers, scheduler) if engine != "local" or scheduler else None
             with progress_bar(quiet, unit="B", unit_scale=True, desc="count") as bar:
                 summary = count_sources(
-                    st, sources, settings, workers=workers or default_workers(), max_memory=budget,
+                    st, sources, settings, workers=n_workers, runner=runner, max_memory=budget,
                     recount=recount, strict_utf8=strict_utf8,
                     on_bytes=bar.update, on_message=lambda m: say(quiet, m),
                 )
@@ -162,7 +169,7 @@ def train(
     min_word_count: int = typer.Option(1, "--min-word-count", help="Ignore pretokens counted fewer than N times."),
     doc_boundaries: bool = typer.Option(False, "--doc-boundaries", help="Wrap documents in start/end symbols."),
     max_memory: Optional[str] = typer.Option(
-        None, "--max-memory", help="Memory budget; above it the sequence table moves to disk [default: half the available memory]."
+        None, "--max-memory", help="Memory budget; above it the sequence table moves to disk \\[default: half the available memory]."
     ),
     path: str = typer.Option("auto", "--path", help="auto, memory or disk: where the symbol sequences live."),
     resume: bool = typer.Option(False, "--resume", help="Continue from the store's checkpoint of this run."),
@@ -232,18 +239,22 @@ def encode(
     fmt: str = FormatOpt,
     output: Optional[str] = typer.Option(None, "--output", "-o", help="Write here (atomically) instead of stdout."),
     strict_utf8: bool = typer.Option(False, "--strict-utf8", help="Stop at invalid UTF-8 instead of keeping it."),
+    workers: int = typer.Option(1, "--workers", "-w", min=1, help="Processes; the output is the same for any number."),
 ):
     """Text to token ids, streaming."""
+    from .encoding import ParallelEncoder
+
     with user_errors():
         if fmt not in FORMATS:
             raise typer.BadParameter(f"--format must be one of {', '.join(FORMATS)}")
         tok = load_any(tokenizer)
         sources = [Source.from_arg(p) for p in _inputs(paths)]
-        with _open_output(output) as out:
+        max_id = max(tok.vocab) if tok.vocab else 0
+        with ParallelEncoder(tok, workers) as encoder, _open_output(output) as out:
             for source in sources:
                 stream = source.open()
                 try:
-                    write_ids(out, tok.encode_stream(stream, strict=strict_utf8), fmt, tok.vocab_size and max(tok.vocab))
+                    write_ids(out, encoder.encode_stream(stream, strict=strict_utf8), fmt, max_id)
                 finally:
                     if not source.is_stdin:
                         stream.close()
@@ -418,5 +429,9 @@ def main():
     app(prog_name="bpe-stream")
 
 
-if __name__ == "__main__":
-    main()
+from . import cli_scale  # noqa: E402,F401  (registers import-counts, export-counts, merge-stores)
+
+if __name__ == "__main__":  # python -m bpe_stream.cli: run the package's app, where every command is registered
+    from bpe_stream.cli import main as _package_main
+
+    _package_main()

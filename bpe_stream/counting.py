@@ -20,10 +20,11 @@ from __future__ import annotations
 
 import os
 import time
-from collections import Counter, deque
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, List, Optional, Tuple
 
+from .runner import LocalRunner
 from .pretokenize import Pretokenizer, SpecialSplitter, StreamSplitter, find_byte_cut, splittable
 from .reader import CHUNK_BYTES, Source, decode_chunks, to_bytes
 from .store import Store
@@ -182,38 +183,20 @@ class _Batch:
         return len(self.counter) * COUNTER_ENTRY_BYTES
 
 
-class _Runner:
-    """Runs counting units inline or on a process pool, keeping a bounded number in flight
-    and handing results back in submission order."""
+ENGINES = ("local", "dask")
 
-    def __init__(self, workers: int):
-        self.workers = workers
-        self.pool = None
-        if workers > 1:
-            import multiprocessing
 
-            self.pool = multiprocessing.get_context("fork").Pool(workers)
-        self.pending = deque()
+def make_runner(engine: str = "local", workers: int = 1, scheduler: Optional[str] = None):
+    """The engine that runs counting units: ``local`` processes or a ``dask`` cluster."""
+    if engine == "local":
+        if scheduler:
+            raise ValueError("--scheduler goes with --engine dask")
+        return LocalRunner(workers)
+    if engine == "dask":
+        from .engines.dask_engine import DaskRunner
 
-    def submit(self, fn, args, meta) -> Iterable[tuple]:
-        """Queues ``fn(*args)``; yields ``(meta, result)`` of finished earlier tasks."""
-        if self.pool is None:
-            yield meta, fn(*args)
-            return
-        self.pending.append((meta, self.pool.apply_async(fn, args)))
-        while len(self.pending) > 2 * self.workers:
-            meta0, res = self.pending.popleft()
-            yield meta0, res.get()
-
-    def drain(self) -> Iterable[tuple]:
-        while self.pending:
-            meta, res = self.pending.popleft()
-            yield meta, res.get()
-
-    def close(self) -> None:
-        if self.pool is not None:
-            self.pool.terminate()
-            self.pool.join()
+        return DaskRunner(workers, scheduler)
+    raise ValueError(f"unknown engine {engine!r}; choose one of {', '.join(ENGINES)}")
 
 
 def count_sources(
@@ -222,6 +205,7 @@ def count_sources(
     settings: dict,
     *,
     workers: int = 1,
+    runner=None,
     max_memory: int = DEFAULT_MAX_MEMORY,
     recount: bool = False,
     strict_utf8: bool = False,
@@ -265,7 +249,11 @@ def count_sources(
         if batch.estimated_bytes() >= flush_at:
             flush()
 
-    runner = _Runner(workers)
+    if runner is None:
+        # A pool costs more than it saves on input that is a single range.
+        small = all(not s.is_stdin for s in sources) and sum(s.size for s in sources) <= range_bytes
+        runner = LocalRunner(1 if small else workers)
+        summary.workers = runner.workers
     try:
         for source in sources:
             if source.is_stdin:
@@ -306,7 +294,7 @@ def _resume_offset(store: Store, source: Source, recount: bool, summary: CountSu
     return offset
 
 
-def _count_stdin(source: Source, settings: dict, runner: _Runner, strict_utf8: bool, chunk_bytes: int,
+def _count_stdin(source: Source, settings: dict, runner: LocalRunner, strict_utf8: bool, chunk_bytes: int,
                  piece_bytes: int) -> Iterable[tuple]:
     """Cuts stdin into pieces in this process; workers pretokenize and count them."""
     pre = settings["pretokenizer"]

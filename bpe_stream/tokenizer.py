@@ -12,7 +12,14 @@ from __future__ import annotations
 
 from typing import BinaryIO, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
+from array import array
+
 from .bpe import PAIR_SHIFT, encode_by_rank
+
+try:  # the C encoder (bpe_stream/_fastbpe.c); the Python loop below is the reference
+    from . import _fastbpe
+except ImportError:  # pragma: no cover - depends on the build
+    _fastbpe = None
 from .pretokenize import Pretokenizer, SpecialSplitter, StreamSplitter
 from .reader import CHUNK_BYTES, decode_chunks, to_bytes
 
@@ -106,6 +113,12 @@ class Tokenizer:
         self._dense = [out.get(i) for i in range(self._max_id + 1)]
         self.splitter = SpecialSplitter(list(self.special_ids))
         self._cache: Dict[str, List[int]] = {}
+        self._encoder = None
+        if _fastbpe is not None:
+            self._encoder = _fastbpe.Encoder(
+                [tuple(m) for m in self.merges], list(self.byte_ids),
+                -1 if self.marker_id is None else self.marker_id, CACHE_ENTRIES,
+            )
 
     @property
     def vocab_size(self) -> int:
@@ -143,7 +156,12 @@ class Tokenizer:
             symbols.append(self.marker_id)
         return encode_by_rank(symbols, self.ranks)
 
-    def _encode_pretokens(self, pieces: Iterable[str], out: List[int]) -> None:
+    def _encode_pretokens(self, pieces: List[str], out: List[int]) -> None:
+        if self._encoder is not None:
+            ids = array("I")
+            ids.frombytes(self._encoder.encode(pieces))
+            out += ids.tolist()
+            return
         cache = self._cache
         get = cache.get
         for piece in pieces:
@@ -161,6 +179,17 @@ class Tokenizer:
                 self._encode_pretokens(value, out)
             else:
                 out.append(self.special_ids[value])
+
+    def encode_raw_items(self, items) -> List[int]:
+        """The ids of ``("text", piece)`` / ``("special", token)`` items, each text piece
+        pretokenized on its own (``StreamSplitter(raw=True)`` output)."""
+        out: List[int] = []
+        for kind, value in items:
+            if kind == "special":
+                out.append(self.special_ids[value])
+            else:
+                self._encode_pretokens(self.pretokenizer.split(value), out)
+        return out
 
     def encode(self, text: str) -> List[int]:
         """The ids of ``text`` (one document); special tokens in it are recognised."""

@@ -16,6 +16,7 @@ from typing import List, Optional
 from ..tokenizer import Tokenizer, TokenizerError
 
 EXPORT_FORMATS = ("hf", "gpt2", "tiktoken", "native")
+MAX_TOKENIZER_BYTES = 1 << 30  # a larger -t is a corpus passed by mistake, not read whole
 
 
 def load_any(path) -> Tokenizer:
@@ -41,6 +42,8 @@ def load_any(path) -> Tokenizer:
         )
     if not os.path.exists(path):
         raise TokenizerError(f"no tokenizer at {path}; train one with 'bpe-stream train -o {path}'")
+    if os.path.getsize(path) > MAX_TOKENIZER_BYTES:
+        raise TokenizerError(f"{path} is {os.path.getsize(path):,} bytes, too large for a tokenizer file; check the -t argument")
     try:
         with open(path, "rb") as f:
             data = f.read()

@@ -62,7 +62,7 @@ def load_gpt2(vocab_json, merges_txt, special_tokens: Optional[Sequence[str]] = 
         if tid is None:
             tid = next_id
             next_id += 1
-            vocab[tid] = special.encode("utf-8")
+        vocab[tid] = special.encode("utf-8")  # its text, not a printable-form decoding
         symbols.append((tid, "special", special))
     return Tokenizer(vocab, merges, symbols, pretokenizer="gpt2")
 

@@ -1,0 +1,213 @@
+"""Scaling out: ``import-counts``, ``export-counts`` and ``merge-stores`` (registered on ``cli.app``).
+
+Counts made elsewhere -- another machine's store, Spark, any engine that writes the interchange
+format of :mod:`bpe_stream.formats.counts` -- are added into a store in bounded batches.  Each batch
+is one write transaction that also records how far its input got, in the store's ``sources`` table
+under ``import:PATH`` or ``merge:PATH``; so a killed import or merge resumes where it stopped, a
+finished one is skipped when run again (``--again`` adds it once more), and the store keeps a
+record of what it was made from.  Totals stay consistent: unique pretokens (and their bytes) grow
+with each batch; bytes, documents, special tokens and pretokens are added in the transaction that
+finishes an input.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+from typing import Callable, List, Optional
+
+import typer
+
+from .cli import QuietOpt, StoreOpt, app, parse_size, say, store_path, user_errors
+from .formats.counts import BatchAdder, CountsFormatError, check_counts, iter_counts, write_counts
+from .store import Store, StoreError
+
+DEFAULT_BUDGET = "256M"
+_TOTALS = ("bytes", "documents", "specials", "pretokens")
+
+
+def _settings_mismatch(a: dict, b: dict) -> Optional[str]:
+    for key in sorted(set(a) | set(b)):
+        if a.get(key) != b.get(key):
+            return f"{key}={a.get(key)!r} vs {b.get(key)!r}"
+    return None
+
+
+# -- library -----------------------------------------------------------------------------
+def export_counts(store: Store, output: str) -> tuple:
+    """Writes every pretoken count of ``store`` to ``output``; returns ``(lines, sum)``."""
+    with store.reader() as txn:
+        info = store.info(txn)
+        if info is None:
+            raise StoreError(f"the store at {store.path} is empty; run 'bpe-stream count' first")
+        totals = info["totals"]
+        return write_counts(output, info["settings"], store.iter_words(txn), totals, store.unique_words(txn))
+
+
+def import_counts(store: Store, paths: List[str], *, max_memory: int = parse_size(DEFAULT_BUDGET), again: bool = False,
+                  on_message: Callable[[str], None] = lambda m: None) -> dict:
+    """Adds the counts files ``paths`` to ``store`` (created with their settings if new).  Every
+    file is checked whole first, so a malformed file changes nothing."""
+    checked = [check_counts(os.fspath(p)) for p in paths]
+    for c in checked[1:]:
+        diff = _settings_mismatch(checked[0].settings, c.settings)
+        if diff:
+            raise CountsFormatError(f"{c.path} was counted with other settings than {checked[0].path} ({diff}); import them into separate stores")
+    summary = {"files": 0, "skipped": 0, "lines": 0, "new_unique": 0}
+    if not checked:
+        return summary
+    store.ensure_settings(checked[0].settings)
+    for c in checked:
+        st = os.stat(c.path)
+        key = b"import:" + os.fsencode(os.path.realpath(c.path))
+        identity = {"kind": "import", "size": st.st_size, "mtime_ns": st.st_mtime_ns}
+        with store.reader() as txn:
+            record = store.source(txn, key)
+        start = None
+        if record is not None and not again and all(record.get(k) == v for k, v in identity.items()):
+            if record.get("done"):
+                on_message(f"skipped {c.path}: already imported into this store (use --again to add it once more)")
+                summary["skipped"] += 1
+                continue
+            start = record.get("offset")
+            on_message(f"resuming {c.path} at line {record.get('lines', 0) + 2:,}")
+        lines = record.get("lines", 0) if start is not None else 0
+        adder = BatchAdder(store, key, dict(identity, header=c.header), max_memory)
+        offset = start or c.body_offset
+        for pretoken, n, _, offset in iter_counts(c.path, start):
+            lines += 1
+            if adder.add(pretoken, n):
+                adder.flush({"offset": offset, "lines": lines})
+        adder.flush({"offset": offset, "lines": lines}, totals=c.totals, done=True)
+        summary["files"] += 1
+        summary["lines"] += c.lines
+        summary["new_unique"] += adder.new
+    return summary
+
+
+def merge_store(dest: Store, src_path: str, *, max_memory: int = parse_size(DEFAULT_BUDGET), again: bool = False,
+                on_message: Callable[[str], None] = lambda m: None) -> Optional[int]:
+    """Adds the store at ``src_path`` into ``dest`` (same settings).  Returns the new unique
+    pretokens, or None when it was merged before."""
+    key = b"merge:" + os.fsencode(os.path.realpath(src_path))
+    with Store.open(src_path, readonly=True) as src, src.reader() as txn:
+        info = src.info(txn)
+        if info is None:
+            raise StoreError(f"the store at {src_path} is empty; nothing to merge")
+        identity = {"kind": "merge", "totals": dict(info["totals"]), "unique": src.unique_words(txn)}
+        with dest.reader() as dtxn:
+            record = dest.source(dtxn, key)
+        skip = 0
+        if record is not None and not again:
+            same = record.get("totals") == identity["totals"] and record.get("unique") == identity["unique"]
+            if not same:
+                raise StoreError(
+                    f"{src_path} was {'merged' if record.get('done') else 'partly merged'} into {dest.path} and has "
+                    "changed since; merging it again would count its old pretokens twice: count the new input into "
+                    "a fresh store and merge that, or pass --again to add it whole anyway"
+                )
+            if record.get("done"):
+                on_message(f"skipped {src_path}: already merged into this store (use --again to add it once more)")
+                return None
+            skip = record.get("entries", 0)
+            on_message(f"resuming {src_path} after {skip:,} pretokens")
+        adder = BatchAdder(dest, key, identity, max_memory)
+        done = skip
+        for word, n in itertools.islice(src.iter_words(txn), skip, None):
+            done += 1
+            if adder.add(word, n):
+                adder.flush({"entries": done})
+        # What the source store was made from comes along (files counted, imports, merges), so a
+        # later count or merge of the same input into ``dest`` is skipped rather than doubled.
+        batch = []
+        for skey, srecord in src.iter_sources(txn):
+            batch.append((skey, srecord))
+            if len(batch) >= 10000:
+                _copy_sources(dest, batch)
+                batch = []
+        _copy_sources(dest, batch)
+        totals = {k: int(info["totals"].get(k, 0)) for k in _TOTALS}
+        adder.flush({"entries": done}, totals=totals, done=True)
+        return adder.new
+
+
+def _copy_sources(dest: Store, records) -> None:
+    if not records:
+        return
+
+    def txn_fn(txn):
+        for key, record in records:
+            if dest.source(txn, key) is None:
+                dest.put_source(txn, key, record)
+
+    dest.write(txn_fn)
+
+
+# -- commands ----------------------------------------------------------------------------
+@app.command("export-counts")
+def export_counts_cmd(
+    output: str = typer.Option(..., "--output", "-o", help="Counts file to write ('-' is stdout; a .gz name compresses)."),
+    store: Optional[str] = StoreOpt,
+    quiet: bool = QuietOpt,
+):
+    """Write the store's pretoken counts in the interchange format (JSON header, then escaped TSV)."""
+    with user_errors():
+        with Store.open(store_path(store), readonly=True) as st:
+            lines, total = export_counts(st, output)
+        say(quiet, f"exported {lines:,} pretokens ({total:,} occurrences) to {'stdout' if output == '-' else output}")
+
+
+@app.command("import-counts")
+def import_counts_cmd(
+    paths: List[str] = typer.Argument(..., help="Counts files (the format of export-counts; .gz is fine)."),
+    store: Optional[str] = StoreOpt,
+    max_memory: str = typer.Option(DEFAULT_BUDGET, "--max-memory", help="Counts held before a write to the store."),
+    again: bool = typer.Option(False, "--again", help="Import files that were imported before once more."),
+    quiet: bool = QuietOpt,
+):
+    """Add counts made elsewhere (Spark, another machine, ...) to the store; settings must match."""
+    budget = parse_size(max_memory)
+    with user_errors():
+        with Store.open(store_path(store), create=True) as st:
+            s = import_counts(st, paths, max_memory=budget, again=again, on_message=lambda m: say(quiet, m))
+        say(quiet, f"imported {s['files']:,} file(s), {s['lines']:,} count lines, {s['new_unique']:,} new unique pretokens"
+                   + (f"; skipped {s['skipped']:,}" if s["skipped"] else ""))
+
+
+@app.command("merge-stores")
+def merge_stores_cmd(
+    sources: List[str] = typer.Argument(..., help="Stores to add into --store (counted with the same settings)."),
+    store: Optional[str] = StoreOpt,
+    max_memory: str = typer.Option(DEFAULT_BUDGET, "--max-memory", help="Counts held before a write to the store."),
+    again: bool = typer.Option(False, "--again", help="Merge stores that were merged before once more."),
+    quiet: bool = QuietOpt,
+):
+    """Add up stores counted separately (e.g. on different machines) into --store."""
+    budget = parse_size(max_memory)
+    with user_errors():
+        dest_path = store_path(store)
+        real_dest = os.path.realpath(dest_path)
+        settings = None
+        for src_path in sources:
+            if os.path.realpath(src_path) == real_dest:
+                raise StoreError(f"{src_path} is the destination store itself; give another --store")
+            with Store.open(src_path, readonly=True) as src:
+                s = src.settings()
+            if s is None:
+                raise StoreError(f"the store at {src_path} is empty; nothing to merge")
+            if settings is None:
+                settings, first = s, src_path
+            elif _settings_mismatch(settings, s):
+                raise StoreError(
+                    f"{src_path} was counted with other settings than {first} ({_settings_mismatch(settings, s)}); "
+                    "only stores with the same settings add up"
+                )
+        merged = new = 0
+        with Store.open(dest_path, create=True) as dest:
+            dest.ensure_settings(settings)
+            for src_path in sources:
+                n = merge_store(dest, src_path, max_memory=budget, again=again, on_message=lambda m: say(quiet, m))
+                if n is not None:
+                    merged += 1
+                    new += n
+        say(quiet, f"merged {merged:,} store(s) into {dest_path}; {new:,} new unique pretokens")

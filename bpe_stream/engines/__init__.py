@@ -1,0 +1,1 @@
+"""Engines that run the counting unit (``counting.count_range``) somewhere else than here."""

@@ -1,0 +1,162 @@
+"""The fast paths against the plain ones: every engine, path and resume gives the same merges.
+
+* the C merge loop (occurrence lists) against the pure-Python plain trainer;
+* the out-of-core path (sequence table in LMDB, pair index in C) against in-memory;
+* training with the first k merges forced (resume, --from) against one uninterrupted run;
+* the C encoder against the Python encoder (bpe.encode_by_rank), long pretokens included.
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from bpe_stream import Store, Tokenizer
+from bpe_stream.counting import count_sources, make_settings
+from bpe_stream.pipeline import tokenizer_from_result, train_from_store
+from bpe_stream.reader import Source
+from bpe_stream.sequences import train_on_disk
+from bpe_stream.trainer import TrainConfig, Trainer, _fastbpe
+
+pytestmark = pytest.mark.skipif(_fastbpe is None, reason="the C extension is not built")
+
+TIE_BREAKS = ["max-bytes", "min-bytes", "min-ids"]
+
+# Words with long runs (aaaa, abab) and multi-byte characters, where overlapping
+# occurrences and left-to-right replacement matter.
+words_st = st.dictionaries(
+    st.one_of(
+        st.binary(min_size=1, max_size=12),
+        st.builds(lambda c, n: c * n, st.sampled_from([b"a", b"ab", b"aab", "é".encode()]), st.integers(2, 20)),
+        st.text(alphabet="abcé中", min_size=1, max_size=15).map(lambda t: t.encode()),
+    ),
+    st.integers(1, 2**40),
+    min_size=1,
+    max_size=25,
+)
+
+
+def config(**kw) -> TrainConfig:
+    return TrainConfig(**kw)
+
+
+def train(words, engine, forced=(), **kw):
+    t = Trainer(config(**kw))
+    t.feed(words.items())
+    return t.train(forced=forced, engine=engine)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(words=words_st, tie=st.sampled_from(TIE_BREAKS), n=st.integers(0, 40), eow=st.sampled_from([None, "</w>"]),
+       min_count=st.sampled_from([1, 1, 2, 5]))
+def test_c_engine_equals_python_engine(words, tie, n, eow, min_count):
+    kw = dict(num_merges=n, tie_break=tie, end_of_word=eow, min_count=min_count, special_tokens=["<s>"])
+    py, c = train(words, "python", **kw), train(words, "c", **kw)
+    assert c.merges == py.merges
+    assert c.merge_counts == py.merge_counts
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(words=words_st, tie=st.sampled_from(TIE_BREAKS), n=st.integers(0, 40), data=st.data())
+def test_forced_prefix_resumes_exactly(words, tie, n, data):
+    full = train(words, "c", num_merges=n, tie_break=tie)
+    k = data.draw(st.integers(0, len(full.merges)))
+    engine = data.draw(st.sampled_from(["c", "python"]))
+    resumed = train(words, engine, forced=full.merges[:k], num_merges=n, tie_break=tie)
+    assert resumed.merges == full.merges
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(words=words_st, tie=st.sampled_from(TIE_BREAKS), n=st.integers(0, 40), eow=st.sampled_from([None, "</w>"]))
+def test_disk_path_equals_memory(tmp_path, words, tie, n, eow):
+    cfg = config(num_merges=n, tie_break=tie, end_of_word=eow)
+    memory = train(words, "c", num_merges=n, tie_break=tie, end_of_word=eow)
+    base = cfg.base_vocab()
+    done = train_on_disk(
+        sorted(words.items()), [base[i] for i in range(len(base))], cfg.marker_id(), tie, cfg.max_merges(),
+        1, [], str(tmp_path / f"scratch{random.random()}"),
+    )
+    assert [(a, b) for a, b, _ in done] == memory.merges
+    assert [c for _, _, c in done] == memory.merge_counts
+
+
+def test_disk_path_with_slices_and_commits_equals_memory(tmp_path, monkeypatch):
+    """Tiny slices and commit batches: a merge spread over many slices still pushes each
+    born pair once with its final count."""
+    import bpe_stream.sequences as seq
+
+    monkeypatch.setattr(seq, "_SLICE", 3)
+    monkeypatch.setattr(seq, "_DIRTY_ROWS", 5)
+    monkeypatch.setattr(seq, "_REMAP_EVERY", 2)
+    rng = random.Random(7)
+    words = {bytes(rng.choice(b"abcab") for _ in range(rng.randint(2, 14))): rng.randint(1, 9) for _ in range(300)}
+    for tie in TIE_BREAKS:
+        cfg = config(num_merges=60, tie_break=tie)
+        memory = train(words, "c", num_merges=60, tie_break=tie)
+        base = cfg.base_vocab()
+        done = train_on_disk(sorted(words.items()), [base[i] for i in range(256)], None, tie, 60, 1, [],
+                             str(tmp_path / f"s-{tie}"))
+        assert [(a, b) for a, b, _ in done] == memory.merges
+
+
+def test_store_paths_and_resume_agree_on_corpus(tmp_path):
+    """count + train through the store: memory path, disk path, and a resume from a
+    checkpoint of half the merges all write the same tokenizer."""
+    from pathlib import Path
+
+    corpus = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "cs336" / "corpus.en"
+    store_dir = tmp_path / "store"
+    settings_ = make_settings("gpt2", ["<|endoftext|>"])
+    with Store.open(store_dir, create=True) as st_:
+        count_sources(st_, [Source.from_arg(str(corpus))], settings_)
+    results = {}
+    for path in ("memory", "disk"):
+        with Store.open(store_dir) as st_:
+            tok, _ = train_from_store(st_, TrainConfig(vocab_size=700), path=path, checkpoint_every=50,
+                                      checkpoint_seconds=1e9)
+        results[path] = tok
+    assert results["memory"].merges == results["disk"].merges
+    # a checkpoint of the first 100 merges, then --resume
+    with Store.open(store_dir) as st_:
+        from bpe_stream.pipeline import CHECKPOINT_KEY
+
+        cp = st_.get_train(CHECKPOINT_KEY)
+        cp["merges"] = cp["merges"][:100]
+        st_.put_train(CHECKPOINT_KEY, cp)
+        messages = []
+        tok, _ = train_from_store(st_, TrainConfig(vocab_size=700), resume=True, on_message=messages.append)
+    assert any("resuming after 100" in m for m in messages)
+    assert tok.merges == results["memory"].merges
+
+
+# -- the C encoder --------------------------------------------------------------------
+def random_tokenizer(rng: random.Random, pretokenizer: str, n_merges: int, eow=None) -> Tokenizer:
+    words = {}
+    for _ in range(60):
+        w = bytes(rng.choice(b"abc \xc3\xa9") for _ in range(rng.randint(1, 10)))
+        words[w] = rng.randint(1, 20)
+    words[b"a" * 30] = 5
+    cfg = TrainConfig(num_merges=n_merges, tie_break="min-ids", end_of_word=eow)
+    t = Trainer(cfg)
+    t.feed(words.items())
+    return tokenizer_from_result(t.train(), pretokenizer, "min-ids")
+
+
+@settings(max_examples=120, deadline=None)
+@given(text=st.text(alphabet=st.sampled_from(list("abc é\n\t中") + ["\udcff"]), max_size=300),
+       seed=st.integers(0, 10**6), pre=st.sampled_from(["gpt2", "whitespace", "none"]),
+       eow=st.sampled_from([None, "</w>"]))
+def test_c_encoder_equals_python_encoder(text, seed, pre, eow):
+    if eow is not None and pre == "none":
+        pre = "whitespace"
+    tok = random_tokenizer(random.Random(seed), pre, 40, eow)
+    assert tok._encoder is not None
+    fast = tok.encode(text)
+    tok._encoder = None
+    tok._cache.clear()
+    assert tok.encode(text) == fast
+    if eow is None:  # lossless pretokenizers without a marker round-trip byte for byte
+        assert tok.decode_bytes(fast) == text.encode("utf-8", "surrogateescape")
