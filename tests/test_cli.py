@@ -362,3 +362,17 @@ def test_worker_count_does_not_change_counts(cli, tmp_path, cs336):
         outs.append((s["pretokens"], s["unique_pretokens"], s["bytes"], out.read_bytes()))
     assert outs[0] == outs[1]
     assert outs[0][2] == 2 * len(data)
+
+
+def test_long_pretokens_train_like_the_oracle(cli, tmp_path):
+    """Pretokens longer than LMDB's key limit (511 bytes) are stored apart and still train."""
+    text = b"x" * 700 + b" " + b"ab" * 400 + b" " + b"ab" * 400 + b" " + "é".encode() * 300 + b" abab ab"
+    store = tmp_path / "st"
+    ok(cli("count", "--store", store, "--pretokenizer", "whitespace", input=text))
+    out = tmp_path / "tok.json"
+    ok(cli("train", "--store", store, "--num-merges", "12", "--tie-break", "min-bytes", "-o", out))
+    counts = Counter(textbook.to_bytes(p) for _, p in textbook.pretokens(text.decode(), textbook.WHITESPACE_PATTERN))
+    oracle = textbook.train(counts.items(), num_merges=12, tie_break="min-bytes")
+    tok = Tokenizer.load(out)
+    assert [(a, b) for a, b, _ in tok.merges] == oracle.merges
+    assert stats(cli, store)["unique_pretokens"] == len(counts)
