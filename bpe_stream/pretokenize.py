@@ -51,9 +51,10 @@ PRETOKENIZER_NAMES = ("gpt2", "cl100k", "o200k", "whitespace", "words", "none", 
 # cl100k/o200k let punctuation absorb following CR/LF, so only other spaces qualify.
 _CUT_ANY_SPACE = regex.compile(r"(?r)(?<=\S)\s")
 _CUT_NOT_NEWLINE = regex.compile(r"(?r)(?<=\S)[^\S\r\n]")
-# For a custom pattern we cannot prove a boundary; we cut between two matches and keep
-# this many characters of matched text after the cut, so a pattern that looks no
-# further ahead than this sees exactly what it sees in the whole text.
+# For a custom pattern we cannot prove a boundary; we cut at the start of a match that has
+# this many characters after it, and only where the text before the cut pretokenizes
+# alone into the same matches.  A pattern that never looks further ahead than this (any
+# lookahead, or a greedy run that stops within it) gets exactly the pretokens of the whole.
 CUSTOM_LOOKAHEAD_MARGIN = 4096
 
 
@@ -133,15 +134,22 @@ class Pretokenizer:
         return m.start() if m else 0
 
     def _custom_cut(self, text: str) -> int:
+        # A cut at the start of a match with CUSTOM_LOOKAHEAD_MARGIN characters after it,
+        # where the text before it, pretokenized alone, gives the matches it has inside
+        # the whole (a lookahead at its end, like \s+(?!\S), may see the difference).
         limit = len(text) - CUSTOM_LOOKAHEAD_MARGIN
         if limit <= 0:
             return 0
-        cut = 0
+        starts, pieces = [], []
         for m in self.compiled.finditer(text):
             if m.start() > limit:
                 break
-            cut = m.start()
-        return cut
+            starts.append(m.start())
+            pieces.append(m.group())
+        for k in range(len(starts) - 1, max(0, len(starts) - 9), -1):
+            if self.compiled.findall(text[:starts[k]]) == pieces[:k]:
+                return starts[k]
+        return 0
 
 
 def _compile(pattern: str, _cache: dict = {}):
