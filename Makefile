@@ -13,7 +13,7 @@ install: $(VENV)/.installed
 $(VENV)/.installed: setup.cfg pyproject.toml setup.py bpe_stream/_fastbpe.c
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[dev]'
+	$(PY) -m pip install -q -e '.[dev,dask]'
 	touch $@
 
 # The main job on a corpus every machine with Python has: the standard library's own

@@ -35,6 +35,7 @@
 #define EMPTY_KEY 0xFFFFFFFFFFFFFFFFull
 
 enum { TB_MAX_BYTES = 0, TB_MIN_BYTES = 1, TB_MIN_IDS = 2 };
+#define SMALL 512u
 
 typedef struct {
     uint32_t *data;
@@ -50,6 +51,7 @@ typedef struct {
 
 typedef struct {
     int64_t count;
+    uint64_t key; /* the pair, so comparisons stay inside the heap array */
     uint32_t rec;
 } HeapEntry;
 
@@ -156,7 +158,7 @@ static inline int bytes_cmp(const Token *x, const Token *y) {
 /* 1 when entry p must come out of the heap before entry q. */
 static inline int better(const State *s, const HeapEntry *p, const HeapEntry *q) {
     if (p->count != q->count) return p->count > q->count;
-    uint64_t kp = s->recs[p->rec].key, kq = s->recs[q->rec].key;
+    uint64_t kp = p->key, kq = q->key;
     if (s->tie_break == TB_MIN_IDS) return kp < kq;
     const Token *lp = &s->tokens[kp >> 32], *rp = &s->tokens[kp & 0xFFFFFFFFu];
     const Token *lq = &s->tokens[kq >> 32], *rq = &s->tokens[kq & 0xFFFFFFFFu];
@@ -203,6 +205,7 @@ static int heap_push(State *s, int64_t count, uint32_t rec) {
         s->heap_cap = cap;
     }
     s->heap[s->heap_len].count = count;
+    s->heap[s->heap_len].key = s->recs[rec].key;
     s->heap[s->heap_len].rec = rec;
     sift_up(s, s->heap_len++);
     return 0;
@@ -265,7 +268,9 @@ static int apply_merge(State *s, uint32_t r, uint32_t z, uint32_t **touched, uin
     PosList occ = s->recs[r].occ;
     s->recs[r].occ.data = NULL;
     s->recs[r].occ.len = s->recs[r].occ.cap = 0;
-    if (occ.len > 1) qsort(occ.data, occ.len, sizeof(uint32_t), cmp_u32);
+    /* Within a word, occurrences of (a, a) overlap and must go left to right; those of
+     * (a, b) with a != b cannot overlap, and their order changes no count. */
+    if (occ.len > 1 && a == b) qsort(occ.data, occ.len, sizeof(uint32_t), cmp_u32);
     /* at most two new-pair records per occurrence */
     uint64_t need = (uint64_t)occ.len * 2 + 1;
     if (need > *cap_touched) {
@@ -276,12 +281,9 @@ static int apply_merge(State *s, uint32_t r, uint32_t z, uint32_t **touched, uin
     }
     *n_touched = 0;
     uint32_t *sym = s->sym, *prev = s->prev, *next = s->next;
-    uint32_t last = NONE;
     for (uint32_t k = 0; k < occ.len; k++) {
         uint32_t i = occ.data[k];
-        if (i == last) continue;
-        last = i;
-        if (sym[i] != a) continue;
+        if (sym[i] != a) continue; /* stale, or a duplicate already merged (z != a) */
         uint32_t j = next[i];
         if (j == NONE || sym[j] != b) continue;
         int64_t f = s->freq[s->wid[i]];
@@ -331,7 +333,7 @@ static PyObject *train(PyObject *self, PyObject *args) {
     memset(&s, 0, sizeof(s));
     s.tie_break = tie_break;
     PyObject *result = NULL, *chunk = NULL;
-    uint32_t *touched = NULL, cap_touched = 0, n_touched = 0;
+    uint32_t *touched = NULL, cap_touched = 0, n_touched = 0, *small = NULL;
     uint64_t n_pos = (uint64_t)symbols.len / sizeof(uint32_t);
     uint64_t n_words = (uint64_t)word_ends.len / sizeof(uint64_t);
     const uint32_t *in_sym = (const uint32_t *)symbols.buf;
@@ -367,6 +369,11 @@ static PyObject *train(PyObject *self, PyObject *args) {
     }
     memcpy(s.sym, in_sym, n_pos * sizeof(uint32_t));
     memcpy(s.freq, in_freq, n_words * sizeof(int64_t));
+    /* Before any merge every pair is of small ids (bytes, specials): a direct table of
+     * their records saves a hash lookup per position. */
+    small = (uint32_t *)malloc(SMALL * SMALL * sizeof(uint32_t));
+    if (!small) { PyErr_NoMemory(); goto done; }
+    memset(small, 0xFF, SMALL * SMALL * sizeof(uint32_t));
     uint64_t start = 0;
     for (uint64_t w = 0; w < n_words; w++) {
         uint64_t end = ends[w];
@@ -377,12 +384,22 @@ static PyObject *train(PyObject *self, PyObject *args) {
             s.prev[i] = i > start ? (uint32_t)(i - 1) : NONE;
             s.next[i] = i + 1 < end ? (uint32_t)(i + 1) : NONE;
             if (i + 1 < end && s.freq[w] > 0) {
-                uint64_t key = ((uint64_t)s.sym[i] << 32) | s.sym[i + 1];
-                if (bump(&s, key, s.freq[w], (uint32_t)i, NULL, NULL, 0) < 0) { PyErr_NoMemory(); goto done; }
+                uint32_t x = s.sym[i], y = s.sym[i + 1], r;
+                uint64_t key = ((uint64_t)x << 32) | y;
+                if (x < SMALL && y < SMALL) {
+                    r = small[x * SMALL + y];
+                    if (r == NONE) r = small[x * SMALL + y] = pair_get(&s, key, 1);
+                } else {
+                    r = pair_get(&s, key, 1);
+                }
+                if (r == NONE || poslist_push(&s.recs[r].occ, (uint32_t)i) < 0) { PyErr_NoMemory(); goto done; }
+                s.recs[r].count += s.freq[w];
             }
         }
         start = end;
     }
+    free(small);
+    small = NULL;
     for (uint32_t r = 0; r < s.n_recs; r++)
         if (s.recs[r].count > 0 && heap_push(&s, s.recs[r].count, r) < 0) { PyErr_NoMemory(); goto done; }
 
@@ -462,6 +479,7 @@ static PyObject *train(PyObject *self, PyObject *args) {
 done:
     Py_XDECREF(chunk);
     free(touched);
+    free(small);
     state_free(&s);
     PyBuffer_Release(&symbols);
     PyBuffer_Release(&word_ends);

@@ -19,7 +19,7 @@ from typing import Callable, List, Optional
 import typer
 
 from .cli import QuietOpt, StoreOpt, app, parse_size, say, store_path, user_errors
-from .formats.counts import BatchAdder, CountsFormatError, check_counts, iter_counts, write_counts
+from .formats.counts import BatchAdder, CountsFormatError, CountsInfo, check_counts, iter_counts, write_counts
 from .store import Store, StoreError
 
 DEFAULT_BUDGET = "256M"
@@ -48,11 +48,25 @@ def import_counts(store: Store, paths: List[str], *, max_memory: int = parse_siz
                   on_message: Callable[[str], None] = lambda m: None) -> dict:
     """Adds the counts files ``paths`` to ``store`` (created with their settings if new).  Every
     file is checked whole first, so a malformed file changes nothing."""
+    return import_checked(store, check_files(paths), max_memory=max_memory, again=again, on_message=on_message)
+
+
+def check_files(paths: List[str]) -> List[CountsInfo]:
+    """Checks counts files whole (format, and the same settings in all)."""
     checked = [check_counts(os.fspath(p)) for p in paths]
     for c in checked[1:]:
         diff = _settings_mismatch(checked[0].settings, c.settings)
         if diff:
-            raise CountsFormatError(f"{c.path} was counted with other settings than {checked[0].path} ({diff}); import them into separate stores")
+            raise CountsFormatError(
+                f"{c.path} was counted with other settings than {checked[0].path} ({diff}); "
+                "import them into separate stores"
+            )
+    return checked
+
+
+def import_checked(store: Store, checked: List[CountsInfo], *, max_memory: int = parse_size(DEFAULT_BUDGET),
+                   again: bool = False, on_message: Callable[[str], None] = lambda m: None) -> dict:
+    """Adds counts files checked by :func:`check_files` to ``store``."""
     summary = {"files": 0, "skipped": 0, "lines": 0, "new_unique": 0}
     if not checked:
         return summary
@@ -146,7 +160,7 @@ def _copy_sources(dest: Store, records) -> None:
 # -- commands ----------------------------------------------------------------------------
 @app.command("export-counts")
 def export_counts_cmd(
-    output: str = typer.Option(..., "--output", "-o", help="Counts file to write ('-' is stdout; a .gz name compresses)."),
+    output: str = typer.Option(..., "--output", "-o", help="Counts file to write ('-' is stdout; .gz compresses)."),
     store: Optional[str] = StoreOpt,
     quiet: bool = QuietOpt,
 ):
@@ -168,10 +182,12 @@ def import_counts_cmd(
     """Add counts made elsewhere (Spark, another machine, ...) to the store; settings must match."""
     budget = parse_size(max_memory)
     with user_errors():
+        checked = check_files(paths)  # before the store is created or touched
         with Store.open(store_path(store), create=True) as st:
-            s = import_counts(st, paths, max_memory=budget, again=again, on_message=lambda m: say(quiet, m))
-        say(quiet, f"imported {s['files']:,} file(s), {s['lines']:,} count lines, {s['new_unique']:,} new unique pretokens"
-                   + (f"; skipped {s['skipped']:,}" if s["skipped"] else ""))
+            s = import_checked(st, checked, max_memory=budget, again=again, on_message=lambda m: say(quiet, m))
+        skipped = f"; skipped {s['skipped']:,}" if s["skipped"] else ""
+        say(quiet, f"imported {s['files']:,} file(s), {s['lines']:,} count lines, "
+                   f"{s['new_unique']:,} new unique pretokens{skipped}")
 
 
 @app.command("merge-stores")

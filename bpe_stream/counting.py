@@ -253,7 +253,7 @@ def count_sources(
         # A pool costs more than it saves on input that is a single range.
         small = all(not s.is_stdin for s in sources) and sum(s.size for s in sources) <= range_bytes
         runner = LocalRunner(1 if small else workers)
-        summary.workers = runner.workers
+    summary.workers = getattr(runner, "workers", workers)
     try:
         for source in sources:
             if source.is_stdin:

@@ -50,7 +50,7 @@ class DaskRunner:
     """Runs counting units on a Dask cluster; results come back in submission order."""
 
     def __init__(self, workers: int = 1, scheduler: Optional[str] = None, *, processes: bool = True,
-                 connect_timeout: float = 30.0):
+                 connect_timeout: float = 15.0):
         distributed = _import_distributed()
         self.cluster = None
         self.client = None
@@ -60,14 +60,14 @@ class DaskRunner:
                 try:
                     self.client = distributed.Client(scheduler, timeout=connect_timeout, set_as_default=False)
                 except (OSError, TimeoutError, ValueError) as exc:
+                    why = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
                     raise ValueError(
-                        f"cannot reach the Dask scheduler at {scheduler} ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__}); "
-                        "check --scheduler (e.g. tcp://host:8786)"
+                        f"cannot reach the Dask scheduler at {scheduler} ({why}); check --scheduler (e.g. tcp://host:8786)"
                     ) from None
             else:
                 self.cluster = distributed.LocalCluster(
                     n_workers=max(1, workers), threads_per_worker=1, processes=processes,
-                    dashboard_address=None, silence_logs=logging.ERROR,
+                    dashboard_address=None, silence_logs=logging.CRITICAL,
                 )
                 self.client = distributed.Client(self.cluster, set_as_default=False)
             threads = sum(w.get("nthreads", 1) for w in self.client.scheduler_info()["workers"].values())

@@ -112,7 +112,8 @@ def unescape(field_: bytes) -> bytes:
             out.append(_UNNAMED.get(part) or bytes([int(part[2:], 16)]))
         elif b"\\" in part:
             bad = part[part.index(b"\\"):][:4]
-            raise ValueError(f"bad escape {bad.decode('ascii', 'backslashreplace')!r} (use \\\\, \\t, \\n, \\r or \\xNN)")
+            shown = bad.decode("ascii", "backslashreplace")
+            raise ValueError(f"bad escape {shown!r} (use \\\\, \\t, \\n, \\r or \\xNN)")
         else:
             out.append(part)
     return b"".join(out)
@@ -122,7 +123,7 @@ def unescape(field_: bytes) -> bytes:
 def make_header(settings: dict, totals: Optional[dict] = None, lines: Optional[int] = None) -> dict:
     header = {"format": FORMAT, "version": VERSION, "settings": dict(settings)}
     if totals is not None:
-        header["totals"] = {k: int(totals.get(k, 0)) for k in TOTAL_KEYS}
+        header["totals"] = {k: int(totals[k]) for k in TOTAL_KEYS if k in totals}
     if lines is not None:
         header["lines"] = int(lines)
     return header
@@ -132,7 +133,9 @@ def header_settings(header: dict, where: str = "") -> dict:
     """The store settings a header records (normalised as ``bpe-stream count`` records them)."""
     raw = header.get("settings")
     if not isinstance(raw, dict) or not isinstance(raw.get("pretokenizer"), str):
-        raise CountsFormatError(f"{where}the header has no settings.pretokenizer; add the settings the counts were made with")
+        raise CountsFormatError(
+            f"{where}the header has no settings.pretokenizer; add the settings the counts were made with"
+        )
     specials = raw.get("special_tokens") or []
     end_of_word = raw.get("end_of_word")
     if not isinstance(specials, list) or not all(isinstance(s, str) for s in specials):
@@ -162,7 +165,10 @@ def _parse_header(line: bytes, where: str) -> dict:
         )
     version = header.get("version", VERSION)
     if not isinstance(version, int) or version > VERSION:
-        raise CountsFormatError(f"{where}counts format version {version!r} is newer than this bpe-stream reads ({VERSION}); upgrade bpe-stream")
+        raise CountsFormatError(
+            f"{where}counts format version {version!r} is newer than this bpe-stream reads ({VERSION}); "
+            "upgrade bpe-stream"
+        )
     totals = header.get("totals", {})
     if not isinstance(totals, dict) or not all(
         isinstance(totals.get(k, 0), int) and totals.get(k, 0) >= 0 for k in TOTAL_KEYS
