@@ -61,8 +61,29 @@ typedef struct {
 } Token;
 
 typedef struct {
+    uint32_t sym, prev, next, wid; /* one cache line holds a position and its neighbours */
+} Node;
+
+/* The neighbours seen in one merge, on one side: for each symbol s next to an occurrence,
+ * the records of the pair that loses (s, a) or (b, s) and of the pair that gains (s, z)
+ * or (z, s), with the count changes summed.  Counts are applied once per neighbour at the
+ * end of the merge instead of once per occurrence: frequent pairs have few distinct
+ * neighbours, so the pair table is touched far less. */
+typedef struct {
+    uint32_t key, r_old, r_new;
+    int64_t d_old, d_new;
+} SideEntry;
+
+typedef struct {
+    uint32_t *slot_entry, *slot_gen;
+    uint32_t mask, gen;
+    SideEntry *entries;
+    uint32_t n, cap;
+} Side;
+
+typedef struct {
     /* positions */
-    uint32_t *sym, *prev, *next, *wid;
+    Node *nodes;
     uint64_t n_pos;
     int64_t *freq;
     /* pairs */
@@ -77,6 +98,7 @@ typedef struct {
     Token *tokens;
     uint32_t n_tokens, cap_tokens;
     int tie_break;
+    Side left, right;
 } State;
 
 static int poslist_push(PosList *l, uint32_t v) {
@@ -239,7 +261,9 @@ static int cmp_u32(const void *a, const void *b) {
 }
 
 static void state_free(State *s) {
-    free(s->sym); free(s->prev); free(s->next); free(s->wid); free(s->freq);
+    free(s->nodes); free(s->freq);
+    free(s->left.slot_entry); free(s->left.slot_gen); free(s->left.entries);
+    free(s->right.slot_entry); free(s->right.slot_gen); free(s->right.entries);
     if (s->recs)
         for (uint32_t r = 0; r < s->n_recs; r++) free(s->recs[r].occ.data);
     free(s->recs); free(s->table); free(s->heap);
@@ -248,62 +272,171 @@ static void state_free(State *s) {
     free(s->tokens);
 }
 
-/* Adds f to the count of `key` (creating it); pushes `pos` on its occurrences when pos != NONE. */
-static int bump(State *s, uint64_t key, int64_t f, uint32_t pos, uint32_t *touched, uint32_t *n_touched, uint32_t cap_touched) {
-    uint32_t r = pair_get(s, key, 1);
-    if (r == NONE) return -1;
-    PairRec *rec = &s->recs[r];
-    rec->count += f;
-    if (pos != NONE) {
-        if (poslist_push(&rec->occ, pos) < 0) return -1;
-        if (touched && *n_touched < cap_touched) touched[(*n_touched)++] = r;
+/* Sorts positions ascending: qsort, or for long lists an LSD radix sort in two passes
+ * of 16 bits (a run already in order is left alone).  Returns -1 when out of memory. */
+static int sort_positions(uint32_t *v, uint32_t n) {
+    uint32_t k;
+    for (k = 1; k < n && v[k - 1] <= v[k]; k++) {}
+    if (k >= n) return 0;
+    if (n < (1u << 17)) { /* radix sort's counting tables cost more below this */
+        qsort(v, n, sizeof(uint32_t), cmp_u32);
+        return 0;
+    }
+    uint32_t *tmp = (uint32_t *)malloc((size_t)n * sizeof(uint32_t));
+    if (!tmp) return -1;
+    uint32_t *src = v, *dst = tmp;
+    for (int shift = 0; shift < 32; shift += 16) {
+        static uint32_t count[65536];
+        memset(count, 0, sizeof(count));
+        for (uint32_t i = 0; i < n; i++) count[(src[i] >> shift) & 0xFFFF]++;
+        uint32_t sum = 0;
+        for (uint32_t d = 0; d < 65536; d++) {
+            uint32_t c = count[d];
+            count[d] = sum;
+            sum += c;
+        }
+        for (uint32_t i = 0; i < n; i++) dst[count[(src[i] >> shift) & 0xFFFF]++] = src[i];
+        uint32_t *t = src;
+        src = dst;
+        dst = t;
+    }
+    /* two passes: the result is back in v */
+    free(tmp);
+    return 0;
+}
+
+static uint64_t dbg_visits, dbg_valid;
+
+static int side_reset(Side *sd) {
+    if (!sd->slot_entry) {
+        sd->mask = 255;
+        sd->slot_entry = (uint32_t *)malloc(256 * sizeof(uint32_t));
+        sd->slot_gen = (uint32_t *)calloc(256, sizeof(uint32_t));
+        if (!sd->slot_entry || !sd->slot_gen) return -1;
+    }
+    sd->n = 0;
+    if (++sd->gen == 0) { /* wrapped: forget every slot */
+        memset(sd->slot_gen, 0, ((size_t)sd->mask + 1) * sizeof(uint32_t));
+        sd->gen = 1;
     }
     return 0;
 }
 
-/* Applies the merge of record `r` = (a, b) as token z; returns 0 or -1 (no memory). */
-static int apply_merge(State *s, uint32_t r, uint32_t z, uint32_t **touched, uint32_t *cap_touched, uint32_t *n_touched) {
+static int side_grow(Side *sd) {
+    uint32_t size = (sd->mask + 1) * 2;
+    uint32_t *se = (uint32_t *)malloc((size_t)size * sizeof(uint32_t));
+    uint32_t *sg = (uint32_t *)calloc(size, sizeof(uint32_t));
+    if (!se || !sg) { free(se); free(sg); return -1; }
+    free(sd->slot_entry);
+    free(sd->slot_gen);
+    sd->slot_entry = se;
+    sd->slot_gen = sg;
+    sd->mask = size - 1;
+    sd->gen = 1;
+    for (uint32_t e = 0; e < sd->n; e++) {
+        uint32_t h = (uint32_t)hash64(sd->entries[e].key) & sd->mask;
+        while (sd->slot_gen[h] == sd->gen) h = (h + 1) & sd->mask;
+        sd->slot_gen[h] = sd->gen;
+        sd->slot_entry[h] = e;
+    }
+    return 0;
+}
+
+/* The entry of neighbour `key`; a new one resolves its two pair records. */
+static SideEntry *side_get(State *s, Side *sd, uint32_t key, uint64_t old_pair, uint64_t new_pair) {
+    uint32_t h = (uint32_t)hash64(key) & sd->mask;
+    while (sd->slot_gen[h] == sd->gen) {
+        SideEntry *e = &sd->entries[sd->slot_entry[h]];
+        if (e->key == key) return e;
+        h = (h + 1) & sd->mask;
+    }
+    if ((sd->n + 1) * 2 > sd->mask + 1) {
+        if (side_grow(sd) < 0) return NULL;
+        h = (uint32_t)hash64(key) & sd->mask;
+        while (sd->slot_gen[h] == sd->gen) h = (h + 1) & sd->mask;
+    }
+    if (sd->n == sd->cap) {
+        uint32_t cap = sd->cap ? sd->cap * 2 : 256;
+        SideEntry *d = (SideEntry *)realloc(sd->entries, (size_t)cap * sizeof(SideEntry));
+        if (!d) return NULL;
+        sd->entries = d;
+        sd->cap = cap;
+    }
+    uint32_t r_old = pair_get(s, old_pair, 1);
+    uint32_t r_new = pair_get(s, new_pair, 1);
+    if (r_old == NONE || r_new == NONE) return NULL;
+    SideEntry *e = &sd->entries[sd->n];
+    e->key = key;
+    e->r_old = r_old;
+    e->r_new = r_new;
+    e->d_old = e->d_new = 0;
+    sd->slot_gen[h] = sd->gen;
+    sd->slot_entry[h] = sd->n++;
+    return e;
+}
+
+/* Applies the merge of record `r` = (a, b) as token z; returns 0 or -1 (no memory).
+ * `born` receives the records of the pairs with z that gained occurrences. */
+static int apply_merge(State *s, uint32_t r, uint32_t z, uint32_t **born, uint32_t *cap_born, uint32_t *n_born) {
     uint64_t key = s->recs[r].key;
     uint32_t a = (uint32_t)(key >> 32), b = (uint32_t)(key & 0xFFFFFFFFu);
     PosList occ = s->recs[r].occ;
     s->recs[r].occ.data = NULL;
     s->recs[r].occ.len = s->recs[r].occ.cap = 0;
     /* Within a word, occurrences of (a, a) overlap and must go left to right; those of
-     * (a, b) with a != b cannot overlap, and their order changes no count. */
-    if (occ.len > 1 && a == b) qsort(occ.data, occ.len, sizeof(uint32_t), cmp_u32);
-    /* at most two new-pair records per occurrence */
-    uint64_t need = (uint64_t)occ.len * 2 + 1;
-    if (need > *cap_touched) {
-        uint32_t *t = (uint32_t *)realloc(*touched, need * sizeof(uint32_t));
-        if (!t) { free(occ.data); return -1; }
-        *touched = t;
-        *cap_touched = (uint32_t)need;
-    }
-    *n_touched = 0;
-    uint32_t *sym = s->sym, *prev = s->prev, *next = s->next;
+     * (a, b) with a != b cannot overlap, and their order changes no count (sorting them
+     * all was measured slower: the lists are mostly in order already). */
+    if (occ.len > 1 && a == b && sort_positions(occ.data, occ.len) < 0) { free(occ.data); return -1; }
+    if (side_reset(&s->left) < 0 || side_reset(&s->right) < 0) { free(occ.data); return -1; }
+    Node *nd = s->nodes;
+    dbg_visits += occ.len;
     for (uint32_t k = 0; k < occ.len; k++) {
         uint32_t i = occ.data[k];
-        if (sym[i] != a) continue; /* stale, or a duplicate already merged (z != a) */
-        uint32_t j = next[i];
-        if (j == NONE || sym[j] != b) continue;
-        int64_t f = s->freq[s->wid[i]];
-        uint32_t x = prev[i], y = next[j];
+        if (nd[i].sym != a) continue; /* stale, or a duplicate already merged (z != a) */
+        uint32_t j = nd[i].next;
+        if (j == NONE || nd[j].sym != b) continue;
+        dbg_valid++;
+        int64_t f = s->freq[nd[i].wid];
+        uint32_t x = nd[i].prev, y = nd[j].next;
         if (x != NONE) {
-            uint64_t old = ((uint64_t)sym[x] << 32) | a;
-            if (bump(s, old, -f, NONE, NULL, NULL, 0) < 0) goto fail;
-            if (bump(s, ((uint64_t)sym[x] << 32) | z, f, x, *touched, n_touched, *cap_touched) < 0) goto fail;
+            uint32_t sx = nd[x].sym;
+            SideEntry *e = side_get(s, &s->left, sx, ((uint64_t)sx << 32) | a, ((uint64_t)sx << 32) | z);
+            if (!e) goto fail;
+            e->d_old -= f;
+            e->d_new += f;
+            if (poslist_push(&s->recs[e->r_new].occ, x) < 0) goto fail;
         }
         if (y != NONE) {
-            uint64_t old = ((uint64_t)b << 32) | sym[y];
-            if (bump(s, old, -f, NONE, NULL, NULL, 0) < 0) goto fail;
-            if (bump(s, ((uint64_t)z << 32) | sym[y], f, i, *touched, n_touched, *cap_touched) < 0) goto fail;
+            uint32_t sy = nd[y].sym;
+            SideEntry *e = side_get(s, &s->right, sy, ((uint64_t)b << 32) | sy, ((uint64_t)z << 32) | sy);
+            if (!e) goto fail;
+            e->d_old -= f;
+            e->d_new += f;
+            if (poslist_push(&s->recs[e->r_new].occ, i) < 0) goto fail;
         }
-        sym[i] = z;
-        sym[j] = DEAD;
-        next[i] = y;
-        if (y != NONE) prev[y] = i;
+        nd[i].sym = z;
+        nd[j].sym = DEAD;
+        nd[i].next = y;
+        if (y != NONE) nd[y].prev = i;
     }
     free(occ.data);
+    uint64_t need = (uint64_t)s->left.n + s->right.n + 1;
+    if (need > *cap_born) {
+        uint32_t *t = (uint32_t *)realloc(*born, need * sizeof(uint32_t));
+        if (!t) return -1;
+        *born = t;
+        *cap_born = (uint32_t)need;
+    }
+    *n_born = 0;
+    Side *sides[2] = {&s->left, &s->right};
+    for (int side = 0; side < 2; side++) {
+        for (uint32_t e = 0; e < sides[side]->n; e++) {
+            SideEntry *en = &sides[side]->entries[e];
+            s->recs[en->r_old].count += en->d_old;
+            s->recs[en->r_new].count += en->d_new;
+            if (en->d_new) (*born)[(*n_born)++] = en->r_new;
+        }
+    }
     s->recs[r].count = 0;
     return 0;
 fail:
@@ -349,14 +482,10 @@ static PyObject *train(PyObject *self, PyObject *args) {
     }
     if (every < 1) every = 1;
     s.n_pos = n_pos;
-    size_t bytes = (size_t)(n_pos ? n_pos : 1) * sizeof(uint32_t);
-    s.sym = (uint32_t *)malloc(bytes);
-    s.prev = (uint32_t *)malloc(bytes);
-    s.next = (uint32_t *)malloc(bytes);
-    s.wid = (uint32_t *)malloc(bytes);
+    s.nodes = (Node *)malloc((size_t)(n_pos ? n_pos : 1) * sizeof(Node));
     s.freq = (int64_t *)malloc((n_words ? n_words : 1) * sizeof(int64_t));
     s.table = (uint32_t *)malloc(1024 * sizeof(uint32_t));
-    if (!s.sym || !s.prev || !s.next || !s.wid || !s.freq || !s.table) { PyErr_NoMemory(); goto done; }
+    if (!s.nodes || !s.freq || !s.table) { PyErr_NoMemory(); goto done; }
     memset(s.table, 0xFF, 1024 * sizeof(uint32_t));
     s.table_mask = 1023;
     Py_ssize_t n_tok = PyList_GET_SIZE(tokens);
@@ -367,7 +496,6 @@ static PyObject *train(PyObject *self, PyObject *args) {
             PyErr_NoMemory(); goto done;
         }
     }
-    memcpy(s.sym, in_sym, n_pos * sizeof(uint32_t));
     memcpy(s.freq, in_freq, n_words * sizeof(int64_t));
     /* Before any merge every pair is of small ids (bytes, specials): a direct table of
      * their records saves a hash lookup per position. */
@@ -379,12 +507,13 @@ static PyObject *train(PyObject *self, PyObject *args) {
         uint64_t end = ends[w];
         if (end < start || end > n_pos) { PyErr_SetString(PyExc_ValueError, "word_ends must increase"); goto done; }
         for (uint64_t i = start; i < end; i++) {
-            if (s.sym[i] >= s.n_tokens) { PyErr_SetString(PyExc_ValueError, "symbol id without a token"); goto done; }
-            s.wid[i] = (uint32_t)w;
-            s.prev[i] = i > start ? (uint32_t)(i - 1) : NONE;
-            s.next[i] = i + 1 < end ? (uint32_t)(i + 1) : NONE;
+            if (in_sym[i] >= s.n_tokens) { PyErr_SetString(PyExc_ValueError, "symbol id without a token"); goto done; }
+            s.nodes[i].sym = in_sym[i];
+            s.nodes[i].wid = (uint32_t)w;
+            s.nodes[i].prev = i > start ? (uint32_t)(i - 1) : NONE;
+            s.nodes[i].next = i + 1 < end ? (uint32_t)(i + 1) : NONE;
             if (i + 1 < end && s.freq[w] > 0) {
-                uint32_t x = s.sym[i], y = s.sym[i + 1], r;
+                uint32_t x = in_sym[i], y = in_sym[i + 1], r;
                 uint64_t key = ((uint64_t)x << 32) | y;
                 if (x < SMALL && y < SMALL) {
                     r = small[x * SMALL + y];
@@ -476,6 +605,10 @@ static PyObject *train(PyObject *self, PyObject *args) {
         Py_DECREF(rv);
     }
     result = PyLong_FromLongLong(done_merges);
+    if (getenv("BPE_STREAM_DEBUG"))
+        fprintf(stderr, "merge loop: %llu occurrences visited, %llu merged, %u pairs, heap %llu\n",
+                (unsigned long long)dbg_visits, (unsigned long long)dbg_valid, s.n_recs, (unsigned long long)s.heap_len);
+    dbg_visits = dbg_valid = 0;
 done:
     Py_XDECREF(chunk);
     free(touched);
