@@ -117,17 +117,7 @@ def merge_word(word: Sequence[int], left: int, right: int, new: int, freq: int, 
 
 def apply_merge(word: Sequence[int], left: int, right: int, new: int) -> List[int]:
     """``word`` with the non-overlapping occurrences of ``(left, right)`` replaced, left to right."""
-    out: List[int] = []
-    n = len(word)
-    i = 0
-    while i < n:
-        if i + 1 < n and word[i] == left and word[i + 1] == right:
-            out.append(new)
-            i += 2
-        else:
-            out.append(word[i])
-            i += 1
-    return out
+    return merge_word(word, left, right, new, 0, {})
 
 
 def encode_by_rank(symbols: List[int], ranks: Dict[int, Tuple[int, int]]) -> List[int]:

@@ -252,12 +252,8 @@ def encode(
         max_id = max(tok.vocab) if tok.vocab else 0
         with ParallelEncoder(tok, workers) as encoder, _open_output(output) as out:
             for source in sources:
-                stream = source.open()
-                try:
+                with source.reading() as stream:
                     write_ids(out, encoder.encode_stream(stream, strict=strict_utf8), fmt, max_id)
-                finally:
-                    if not source.is_stdin:
-                        stream.close()
 
 
 @app.command()
@@ -275,13 +271,9 @@ def decode(
         sources = [Source.from_arg(p) for p in _inputs(paths)]
         with _open_output(output) as out:
             for source in sources:
-                stream = source.open()
-                try:
+                with source.reading() as stream:
                     for data in tok.decode_chunks(read_ids(stream, fmt)):
                         out.write(data)
-                finally:
-                    if not source.is_stdin:
-                        stream.close()
 
 
 # -- info / stats ------------------------------------------------------------------

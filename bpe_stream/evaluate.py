@@ -61,30 +61,26 @@ def evaluate_one(tok: Tokenizer, sources: Sequence[Source], chunk_bytes: int = C
     round_trip = True
     seconds = 0.0
     for source in sources:
-        stream = source.open()
-        tee = _Tee(stream)
-        encoded = tok.encode_stream(tee, chunk_bytes)
+        with source.reading() as stream:
+            tee = _Tee(stream)
+            encoded = tok.encode_stream(tee, chunk_bytes)
 
-        def timed_batches():
-            nonlocal seconds, n_tokens
-            while True:
-                started = time.perf_counter()
-                ids = next(encoded, None)
-                seconds += time.perf_counter() - started
-                if ids is None:
-                    return
-                n_tokens += len(ids)
-                for i in ids:
-                    used[i] = 1
-                yield ids
+            def timed_batches():
+                nonlocal seconds, n_tokens
+                while True:
+                    started = time.perf_counter()
+                    ids = next(encoded, None)
+                    seconds += time.perf_counter() - started
+                    if ids is None:
+                        return
+                    n_tokens += len(ids)
+                    for i in ids:
+                        used[i] = 1
+                    yield ids
 
-        decoded = hashlib.sha256()
-        try:
+            decoded = hashlib.sha256()
             for data in tok.decode_chunks(timed_batches()):
                 decoded.update(data)
-        finally:
-            if not source.is_stdin:
-                stream.close()
         n_bytes += tee.size
         n_words += tee.words
         round_trip = round_trip and tee.digest.digest() == decoded.digest()

@@ -10,6 +10,7 @@ chunk boundary is held until its remaining bytes arrive.  Knows nothing of BPE o
 from __future__ import annotations
 
 import codecs
+from contextlib import contextmanager
 import os
 import stat
 import sys
@@ -64,6 +65,16 @@ class Source:
 
     def identity(self) -> dict:
         return {"size": self.size, "mtime_ns": self.mtime_ns}
+
+    @contextmanager
+    def reading(self, offset: int = 0) -> Iterator[BinaryIO]:
+        """``with source.reading() as stream:`` -- closes a file afterwards, never stdin."""
+        stream = self.open(offset)
+        try:
+            yield stream
+        finally:
+            if not self.is_stdin:
+                stream.close()
 
     def open(self, offset: int = 0) -> BinaryIO:
         if self.is_stdin:
