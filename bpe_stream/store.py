@@ -36,6 +36,42 @@ class StoreError(Exception):
     """A store that is missing, not ours, of another format or another setting."""
 
 
+def _check_not_truncated(data_file: str, size: int) -> None:
+    """LMDB maps the file and dies of SIGBUS reading past its end, so check first that the
+    file holds every page its two meta pages name (a store cut short by a copy or a full disk)."""
+    import struct
+
+    if size < 2 * 4096:
+        raise StoreError(f"the store file {data_file} is truncated ({size} bytes); restore it from a copy")
+    with open(data_file, "rb") as f:
+        head = f.read(2 * 65536)
+    # Each meta page: page header (16 bytes), then MDB_meta: magic u32, version u32, address
+    # u64, mapsize u64, two MDB_db of 48 bytes, last_pg u64, txnid u64.
+    psize = None
+    last_pages = []
+    for offset in (0, None):
+        if offset is None:
+            if psize is None:
+                break
+            offset = psize
+        if offset + 16 + 136 > len(head):
+            break
+        magic, version = struct.unpack_from("<II", head, offset + 16)
+        if magic != 0xBEEFC0DE:
+            raise StoreError(f"{data_file} is not an LMDB file; choose another --store")
+        if psize is None:
+            psize = struct.unpack_from("<I", head, offset + 16 + 24)[0] or 4096  # md_pad of the free DB
+        last_pg, txnid = struct.unpack_from("<QQ", head, offset + 16 + 24 + 96)
+        last_pages.append((txnid, last_pg))
+    if psize and last_pages:
+        last_pg = max(last_pages)[1]
+        if (last_pg + 1) * psize > size:
+            raise StoreError(
+                f"the store file {data_file} is truncated ({size:,} bytes, its pages reach "
+                f"{(last_pg + 1) * psize:,}); restore it from a copy"
+            )
+
+
 def pack(obj) -> bytes:
     return msgpack.packb(obj, use_bin_type=True)
 
@@ -78,6 +114,8 @@ class Store:
             if os.path.isdir(path) and os.listdir(path):
                 raise StoreError(f"{path} is a non-empty directory that is not a bpe-stream store; choose another --store")
         size = os.path.getsize(os.path.join(path, "data.mdb")) if exists else 0
+        if exists:
+            _check_not_truncated(os.path.join(path, "data.mdb"), size)
         map_size = max(_INITIAL_MAP_SIZE, 2 * size)
         try:
             env = lmdb.open(
@@ -88,21 +126,38 @@ class Store:
             raise StoreError(f"cannot open the store at {path}: {exc}") from None
         try:
             meta = cls._read_meta(env)
-            if exists and meta is None:
+            if exists and meta is None and not cls._is_blank(env):
                 raise StoreError(f"{path} is an LMDB database but not a bpe-stream store; choose another --store")
             if meta is not None:
-                if meta.get("magic") != MAGIC:
+                if not isinstance(meta, dict) or meta.get("magic") != MAGIC:
                     raise StoreError(f"{path} is not a bpe-stream store; choose another --store")
                 if meta.get("format", 0) > FORMAT_VERSION:
                     raise StoreError(
                         f"the store at {path} has format {meta['format']}, newer than this bpe-stream "
                         f"understands ({FORMAT_VERSION}); upgrade bpe-stream"
                     )
+                if not isinstance(meta.get("settings"), dict) or not isinstance(meta.get("totals"), dict):
+                    raise StoreError(f"the store at {path} has a damaged header record; restore it from a copy or count again")
             store = cls(path, env, readonly=readonly and exists)
         except BaseException:
             env.close()
             raise
         return store
+
+    @staticmethod
+    def _is_blank(env) -> bool:
+        """An environment holding nothing but our empty tables: a store whose creation was
+        cut off before its settings were recorded (a kill then), safe to take over."""
+        with env.begin() as txn:
+            names = [bytes(k) for k, _ in txn.cursor()]
+            if any(name not in _DBS for name in names):
+                return False
+        for name in names:
+            with env.begin() as txn:
+                db = env.open_db(name, txn=txn, create=False)
+                if txn.stat(db)["entries"]:
+                    return False
+        return True
 
     @staticmethod
     def _read_meta(env) -> Optional[dict]:
