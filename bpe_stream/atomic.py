@@ -22,12 +22,12 @@ def atomic_write(path, mode: str = "wb"):
         # mkstemp makes the file private (0600); give it the mode a plain open() would:
         # the old file's, or 0666 less the umask.
         try:
-            mode = os.stat(path).st_mode & 0o7777
+            perms = os.stat(path).st_mode & 0o7777
         except FileNotFoundError:
             umask = os.umask(0)
             os.umask(umask)
-            mode = 0o666 & ~umask
-        os.chmod(tmp, mode)
+            perms = 0o666 & ~umask
+        os.chmod(tmp, perms)
         with os.fdopen(fd, mode, **({} if "b" in mode else {"encoding": "utf-8", "newline": "\n"})) as f:
             yield f
             f.flush()
