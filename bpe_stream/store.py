@@ -174,6 +174,18 @@ class Store:
     def close(self) -> None:
         self.env.close()
 
+    def remap(self) -> None:
+        """Closes and reopens the environment (no transaction may be open): pages of the file
+        read or written so far stay mapped -- and count as this process's memory -- until
+        the map is dropped; the OS keeps them as cache."""
+        map_size = self.env.info()["map_size"]
+        self.env.close()
+        self.env = lmdb.open(
+            self.path, subdir=True, map_size=map_size, max_dbs=len(_DBS), readonly=self.readonly,
+            create=False, metasync=True, sync=True, readahead=False, lock=True,
+        )
+        self.db = {name.decode(): self.env.open_db(name, create=not self.readonly) for name in _DBS}
+
     def __enter__(self):
         return self
 
@@ -242,12 +254,13 @@ class Store:
         return self.write(txn_fn)
 
     # -- counts --------------------------------------------------------------------
-    def add_counts(self, txn, counts: Dict[bytes, int]) -> Tuple[int, int]:
-        """Adds ``counts`` inside ``txn``; returns how many pretokens were new and their bytes."""
+    def add_counts(self, txn, counts) -> Tuple[int, int]:
+        """Adds ``counts`` (a dict, or (pretoken, count) pairs best in key order) inside
+        ``txn``; returns how many pretokens were new and their bytes."""
         words, longwords, max_key = self.db["words"], self.db["longwords"], self.max_key
         new = new_bytes = 0
-        for key in sorted(counts):
-            n = counts[key]
+        pairs = ((k, counts[k]) for k in sorted(counts)) if isinstance(counts, dict) else counts
+        for key, n in pairs:
             if len(key) <= max_key and key:
                 old = txn.get(key, db=words)
                 if old is None:
