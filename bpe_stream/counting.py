@@ -222,7 +222,7 @@ def count_sources(
     summary = CountSummary(workers=workers)
     started = time.monotonic()
     batch = _Batch()
-    flush_at = max(1 << 20, int(max_memory * COUNTER_SHARE))
+    flush_at = max(1 << 16, int(max_memory * COUNTER_SHARE))
 
     def flush():
         nonlocal batch
