@@ -121,11 +121,11 @@ def test_store_paths_and_resume_agree_on_corpus(tmp_path):
     assert results["memory"].merges == results["disk"].merges
     # a checkpoint of the first 100 merges, then --resume
     with Store.open(store_dir) as st_:
-        from bpe_stream.pipeline import CHECKPOINT_KEY
+        from bpe_stream.pipeline import read_checkpoint, write_checkpoint
 
-        cp = st_.get_train(CHECKPOINT_KEY)
-        cp["merges"] = cp["merges"][:100]
-        st_.put_train(CHECKPOINT_KEY, cp)
+        cp = read_checkpoint(st_)
+        assert [tuple(m[:2]) for m in cp["merges"]] == [m[:2] for m in results["disk"].merges]
+        write_checkpoint(st_, cp["fingerprint"], cp["merges"][:100])
         messages = []
         tok, _ = train_from_store(st_, TrainConfig(vocab_size=700), resume=True, on_message=messages.append)
     assert any("resuming after 100" in m for m in messages)

@@ -34,7 +34,7 @@ def to_document(tok: Tokenizer) -> dict:
 def save_native(tok: Tokenizer, path) -> None:
     doc = to_document(tok)
     with atomic_write(path, "w") as f:
-        json.dump(doc, f, ensure_ascii=False, separators=(",", ":"))
+        f.write(json.dumps(doc, ensure_ascii=False, separators=(",", ":")))  # dumps has the C encoder
         f.write("\n")
 
 
