@@ -24,6 +24,7 @@ from .pretokenize import Pretokenizer, SpecialSplitter, StreamSplitter
 from .reader import CHUNK_BYTES, decode_chunks, to_bytes
 
 CACHE_ENTRIES = 1 << 17
+COALESCE_CHARS = 1 << 16
 SYMBOL_ROLES = ("special", "end_of_word", "doc_start", "doc_end")
 
 
@@ -212,16 +213,27 @@ class Tokenizer:
             yield from batch
 
     def encode_chunks(self, chunks: Iterable[str]) -> Iterator[List[int]]:
-        """Like :meth:`encode_iterable` but yields lists of ids, one per decided piece."""
+        """Like :meth:`encode_iterable` but yields lists of ids, one per decided piece.
+        Small chunks (a file's lines) are gathered up to ``COALESCE_CHARS`` first: the ids
+        do not depend on the chunking, and one feed per line costs more than the encoding."""
         stream = StreamSplitter(self.pretokenizer, self.splitter)
         if self.doc_start_id is not None:
             yield [self.doc_start_id]
+        pending: List[str] = []
+        size = 0
         for chunk in chunks:
+            pending.append(chunk)
+            size += len(chunk)
+            if size < COALESCE_CHARS:
+                continue
             out: List[int] = []
-            self._encode_items(stream.feed(chunk), out)
+            self._encode_items(stream.feed("".join(pending)), out)
+            pending, size = [], 0
             if out:
                 yield out
         out = []
+        if pending:
+            self._encode_items(stream.feed("".join(pending)), out)
         self._encode_items(stream.end_document(), out)
         if self.doc_end_id is not None:
             out.append(self.doc_end_id)
