@@ -16,7 +16,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 from .counting import count_range, make_settings
 from .reader import to_bytes
 from .estimate import default_budget, estimate_train_memory
-from .sequences import train_on_disk
+from .sequences import DiskTrainer
 from .store import Store, StoreError, pack
 from .tokenizer import Tokenizer
 from .trainer import TrainConfig, TrainError, Trainer, TrainResult
@@ -219,18 +219,26 @@ def train_from_store(
             if on_progress is not None:
                 on_progress(batch, done, lim)
 
+        # The words are read in the same transaction as the totals the fingerprint names.
         min_word = max(1, config.min_word_count)
         if path == "memory":
             trainer = Trainer(config)
             trainer.feed(store.iter_words(txn, min_word))
+        else:
+            trainer = DiskTrainer(
+                [config.base_vocab()[i] for i in range(256 + len(config.base_symbols()))], config.marker_id(),
+                config.tie_break, os.path.join(store.path, "train-scratch"),
+            )
+            trainer.load(store.iter_words(txn, min_word))
+    store.remap()  # the store's pages read so far are not needed while merging
+    try:
+        if path == "memory":
             result = trainer.train(progress, forced=forced, engine=engine)
         else:
-            done = train_on_disk(
-                store.iter_words(txn, min_word), [config.base_vocab()[i] for i in range(256 + len(config.base_symbols()))],
-                config.marker_id(), config.tie_break, limit, config.min_count, forced,
-                os.path.join(store.path, "train-scratch"), progress,
-            )
-            result = config.result(done)
+            result = config.result(trainer.run(limit, config.min_count, forced, progress))
+    finally:
+        if path == "disk":
+            trainer.close()
     if merges_so_far and not store.readonly:
         save_checkpoint()
     return tokenizer_from_result(result, settings["pretokenizer"], config.tie_break), result

@@ -36,7 +36,7 @@ except ImportError:  # pragma: no cover - depends on the build
 
 _BATCH = 50_000
 _SLICE = 8192  # words of one merge read, rewritten and written at a time
-_REMAP_EVERY = 16  # commits between two reopenings of the table
+_REMAP_EVERY = 4  # commits between two reopenings of the table
 _DIRTY_ROWS = 16384  # rows written before a commit: each may dirty a 4 KiB page (kept for replay)
 
 
@@ -113,24 +113,21 @@ class DiskSequences:
         return self._begin().cursor().getmulti(keys)
 
 
-def train_on_disk(
-    words: Iterable[Tuple[bytes, int]],
-    tokens: List[bytes],
-    marker_id: Optional[int],
-    tie_break: str,
-    limit: int,
-    min_count: int,
-    forced: Sequence[Tuple[int, int]],
-    scratch_dir: str,
-    on_progress: Optional[Callable[[List[Tuple[int, int, int]], int, int], None]] = None,
-    every: int = 64,
-) -> List[Tuple[int, int, int]]:
-    """Learns up to ``limit`` merges; returns ``(left, right, count)`` in order."""
-    if _fastbpe is None:
-        raise RuntimeError("the out-of-core trainer needs the C extension; reinstall bpe-stream with a C compiler")
-    index = _fastbpe.PairIndex(list(tokens), TIE_BREAKS.index(tie_break))
-    table = DiskSequences(scratch_dir)
-    try:
+class DiskTrainer:
+    """``load`` the words (into the scratch table and the pair index), then ``run`` the merges."""
+
+    def __init__(self, tokens: List[bytes], marker_id: Optional[int], tie_break: str, scratch_dir: str):
+        if _fastbpe is None:
+            raise RuntimeError("the out-of-core trainer needs the C extension; reinstall bpe-stream with a C compiler")
+        self.index = _fastbpe.PairIndex(list(tokens), TIE_BREAKS.index(tie_break))
+        self.marker_id = marker_id
+        self.table = DiskSequences(scratch_dir)
+
+    def close(self) -> None:
+        self.table.close()
+
+    def load(self, words: Iterable[Tuple[bytes, int]]) -> None:
+        index, table, marker_id = self.index, self.table, self.marker_id
         pending: List[Tuple[bytes, bytes]] = []
         wid = 0
         for pretoken, n in words:
@@ -149,11 +146,20 @@ def train_on_disk(
                 pending = []
         table.put_many(pending)
         table.commit()
-        pending = []
         index.build_heap()
         if os.environ.get("BPE_STREAM_DEBUG"):
             print("pair index after build:", index.memory(), file=sys.stderr)
 
+    def run(
+        self,
+        limit: int,
+        min_count: int,
+        forced: Sequence[Tuple[int, int]],
+        on_progress: Optional[Callable[[List[Tuple[int, int, int]], int, int], None]] = None,
+        every: int = 64,
+    ) -> List[Tuple[int, int, int]]:
+        """Learns up to ``limit`` merges; returns ``(left, right, count)`` in order."""
+        index, table = self.index, self.table
         done: List[Tuple[int, int, int]] = []
         batch: List[Tuple[int, int, int]] = []
         while len(done) < limit:
@@ -181,5 +187,24 @@ def train_on_disk(
         if os.environ.get("BPE_STREAM_DEBUG"):
             print("pair index at the end:", index.memory(), file=sys.stderr)
         return done
+
+
+def train_on_disk(
+    words: Iterable[Tuple[bytes, int]],
+    tokens: List[bytes],
+    marker_id: Optional[int],
+    tie_break: str,
+    limit: int,
+    min_count: int,
+    forced: Sequence[Tuple[int, int]],
+    scratch_dir: str,
+    on_progress: Optional[Callable[[List[Tuple[int, int, int]], int, int], None]] = None,
+    every: int = 64,
+) -> List[Tuple[int, int, int]]:
+    """Loads ``words`` and learns up to ``limit`` merges in one call."""
+    trainer = DiskTrainer(tokens, marker_id, tie_break, scratch_dir)
+    try:
+        trainer.load(words)
+        return trainer.run(limit, min_count, forced, on_progress, every)
     finally:
-        table.close()
+        trainer.close()
