@@ -36,7 +36,7 @@ except ImportError:  # pragma: no cover - depends on the build
 
 _BATCH = 50_000
 _SLICE = 8192  # words of one merge read, rewritten and written at a time
-_REMAP_EVERY = 4  # commits between two reopenings of the table
+_REMAP_ROWS = 32768  # rows read or written between two reopenings of the table
 _DIRTY_ROWS = 16384  # rows written before a commit: each may dirty a 4 KiB page (kept for replay)
 
 
@@ -50,7 +50,7 @@ class DiskSequences:
         os.makedirs(directory)
         self.map_size = 1 << 30
         self.env = self._open()
-        self.commits = 0
+        self.touched = 0  # rows read or written since the map was last dropped
         self.txn = None  # one write transaction spans many merges: commits are the cost
         self.dirty = 0
         self.uncommitted: List[List[Tuple[bytes, bytes]]] = []  # replayed if the map fills
@@ -77,13 +77,13 @@ class DiskSequences:
             self.txn = None
         self.dirty = 0
         self.uncommitted = []
-        self.commits += 1
-        if self.commits % _REMAP_EVERY == 0:
+        if self.touched >= _REMAP_ROWS:
             # Pages of the table read so far stay mapped, and so count as this process's
             # memory, until the map is dropped; reopening drops it (the OS keeps them as
             # cache) so resident memory follows the pair index, not the table's size.
             self.env.close()
             self.env = self._open()
+            self.touched = 0
 
     def put_many(self, rows: List[Tuple[bytes, bytes]]) -> None:
         """Writes (key, value) rows; commits when the batch grows large, grows the map when full."""
@@ -105,11 +105,15 @@ class DiskSequences:
                 self.map_size *= 2
                 self.env.set_mapsize(self.map_size)
         self.dirty += len(rows)
-        if self.dirty >= _DIRTY_ROWS:
+        self.touched += len(rows)
+        if self.dirty >= _DIRTY_ROWS or self.touched >= _REMAP_ROWS:
             self.commit()
 
     def get_many(self, keys: List[bytes]) -> List[Tuple[bytes, bytes]]:
         """The (key, value) rows of ``keys`` (sorted), as the open batch sees them."""
+        if self.touched >= _REMAP_ROWS:
+            self.commit()
+        self.touched += len(keys)
         return self._begin().cursor().getmulti(keys)
 
 
@@ -145,6 +149,7 @@ class DiskTrainer:
                 table.put_many(pending)
                 pending = []
         table.put_many(pending)
+        table.touched = _REMAP_ROWS  # drop the pages the load mapped
         table.commit()
         index.build_heap()
         if os.environ.get("BPE_STREAM_DEBUG"):

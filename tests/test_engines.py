@@ -90,7 +90,7 @@ def test_disk_path_with_slices_and_commits_equals_memory(tmp_path, monkeypatch):
 
     monkeypatch.setattr(seq, "_SLICE", 3)
     monkeypatch.setattr(seq, "_DIRTY_ROWS", 5)
-    monkeypatch.setattr(seq, "_REMAP_EVERY", 2)
+    monkeypatch.setattr(seq, "_REMAP_ROWS", 7)
     rng = random.Random(7)
     words = {bytes(rng.choice(b"abcab") for _ in range(rng.randint(2, 14))): rng.randint(1, 9) for _ in range(300)}
     for tie in TIE_BREAKS:
