@@ -47,3 +47,44 @@ def atomic_write(path, mode: str = "wb"):
             os.close(dfd)
     except OSError:
         pass
+
+
+def _exchange(a: str, b: str) -> bool:
+    """Swaps two paths atomically (Linux renameat2 RENAME_EXCHANGE); False where unsupported."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        renameat2 = libc.renameat2
+    except (OSError, AttributeError):
+        return False
+    at_fdcwd, rename_exchange = -100, 2
+    return renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange) == 0
+
+
+@contextmanager
+def atomic_directory(path):
+    """``with atomic_directory(path) as tmp: write files into tmp``; then ``path`` becomes that
+    directory in one step (the old one, if any, is swapped out and removed), so readers see
+    the old set of files or the new set, never a mix."""
+    import shutil
+
+    path = os.path.abspath(os.fspath(path))
+    tmp = tempfile.mkdtemp(dir=os.path.dirname(path), prefix="." + os.path.basename(path) + ".", suffix=".tmp")
+    try:
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o777 & ~umask)
+        yield tmp
+        if not os.path.exists(path):
+            os.rename(tmp, path)
+        elif _exchange(tmp, path):
+            shutil.rmtree(tmp, ignore_errors=True)  # tmp now holds the old directory
+        else:  # no atomic exchange here: the window is the gap between two renames
+            old = tmp + ".old"
+            os.rename(path, old)
+            os.rename(tmp, path)
+            shutil.rmtree(old, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise

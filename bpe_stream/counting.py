@@ -218,7 +218,7 @@ def count_sources(
     on_message: Callable[[str], None] = lambda m: None,
 ) -> CountSummary:
     """Counts ``sources`` into ``store`` (whose settings must equal ``settings``)."""
-    store.ensure_settings(settings)
+    store.check_settings(settings)  # recorded with the first batch: a failed first run leaves none
     summary = CountSummary(workers=workers)
     started = time.monotonic()
     batch = _Batch()
@@ -229,6 +229,7 @@ def count_sources(
         current, batch = batch, _Batch()
 
         def txn_fn(txn):
+            store.settings_in(txn, settings)
             for key, record in current.sources.items():
                 store.put_source(txn, key, record)
             counter = current.counter

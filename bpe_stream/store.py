@@ -36,6 +36,38 @@ class StoreError(Exception):
     """A store that is missing, not ours, of another format or another setting."""
 
 
+_LMDB_FILES = {"data.mdb", "lock.mdb"}
+
+
+def _write_failed(path: str, exc: Exception) -> str:
+    return (
+        f"writing to the store at {path} failed ({exc}); free disk space (or fix the cause) and run "
+        "the same command again: the store holds every batch committed so far and resumes"
+    )
+
+
+def _retrying(env, fn, attempts: int = 8):
+    """``fn()``, again after adopting the map size another process grew the store to."""
+    for _ in range(attempts - 1):
+        try:
+            return fn()
+        except lmdb.MapResizedError:
+            env.set_mapsize(0)
+    return fn()
+
+
+def _open_dbs(env, readonly: bool, path: str) -> dict:
+    def open_all():
+        return {name.decode(): env.open_db(name, create=not readonly) for name in _DBS}
+
+    try:
+        return _retrying(env, open_all)
+    except lmdb.NotFoundError:
+        raise StoreError(f"the store at {path} is empty; run 'bpe-stream count' first") from None
+    except lmdb.Error as exc:
+        raise StoreError(f"cannot open the tables of the store at {path}: {exc}") from None
+
+
 def _check_not_truncated(data_file: str, size: int) -> None:
     """LMDB maps the file and dies of SIGBUS reading past its end, so check first that the
     file holds every page its two meta pages name (a store cut short by a copy or a full disk)."""
@@ -98,35 +130,39 @@ class Store:
         self.path = path
         self.env = env
         self.readonly = readonly
-        self.db = {name.decode(): env.open_db(name, create=not readonly) for name in _DBS}
+        self.db = _open_dbs(env, readonly, path)
         self.max_key = env.max_key_size()
 
     # -- opening -------------------------------------------------------------------
     @classmethod
     def open(cls, path: str, *, create: bool = False, readonly: bool = False) -> "Store":
         path = os.fspath(path)
-        exists = os.path.isdir(path) and os.path.exists(os.path.join(path, "data.mdb"))
         if os.path.exists(path) and not os.path.isdir(path):
             raise StoreError(f"{path} is a file, not a store directory; give --store a directory path")
+        data = os.path.join(path, "data.mdb")
+        size = os.path.getsize(data) if os.path.isfile(data) else 0
+        # LMDB's own files with no data yet: a store whose creation was cut off, or is
+        # under way in another process this very moment -- not someone else's directory.
+        exists = size > 0
         if not exists:
-            if not create:
-                raise StoreError(f"no store at {path}; run 'bpe-stream count' first or pass --store PATH")
-            if os.path.isdir(path) and os.listdir(path):
+            if os.path.isdir(path) and set(os.listdir(path)) - _LMDB_FILES:
                 raise StoreError(f"{path} is a non-empty directory that is not a bpe-stream store; choose another --store")
-        size = os.path.getsize(os.path.join(path, "data.mdb")) if exists else 0
-        if exists:
-            _check_not_truncated(os.path.join(path, "data.mdb"), size)
-        map_size = max(_INITIAL_MAP_SIZE, 2 * size)
+            if not create:
+                if os.path.isdir(path) and os.listdir(path):
+                    raise StoreError(f"the store at {path} is empty; run 'bpe-stream count' first")
+                raise StoreError(f"no store at {path}; run 'bpe-stream count' first or pass --store PATH")
+        else:
+            _check_not_truncated(data, size)
         try:
             env = lmdb.open(
-                path, subdir=True, map_size=map_size, max_dbs=len(_DBS), readonly=readonly and exists,
-                create=create, metasync=True, sync=True, readahead=False, lock=True,
+                path, subdir=True, map_size=max(_INITIAL_MAP_SIZE, size), max_dbs=len(_DBS),
+                readonly=readonly and exists, create=create, metasync=True, sync=True, readahead=False, lock=True,
             )
         except lmdb.Error as exc:
             raise StoreError(f"cannot open the store at {path}: {exc}") from None
         try:
-            meta = cls._read_meta(env)
-            if exists and meta is None and not cls._is_blank(env):
+            meta = _retrying(env, lambda: cls._read_meta(env))
+            if exists and meta is None and not _retrying(env, lambda: cls._is_blank(env)):
                 raise StoreError(f"{path} is an LMDB database but not a bpe-stream store; choose another --store")
             if meta is not None:
                 if not isinstance(meta, dict) or meta.get("magic") != MAGIC:
@@ -180,11 +216,14 @@ class Store:
         the map is dropped; the OS keeps them as cache."""
         map_size = self.env.info()["map_size"]
         self.env.close()
-        self.env = lmdb.open(
-            self.path, subdir=True, map_size=map_size, max_dbs=len(_DBS), readonly=self.readonly,
-            create=False, metasync=True, sync=True, readahead=False, lock=True,
-        )
-        self.db = {name.decode(): self.env.open_db(name, create=not self.readonly) for name in _DBS}
+        try:
+            self.env = lmdb.open(
+                self.path, subdir=True, map_size=map_size, max_dbs=len(_DBS), readonly=self.readonly,
+                create=False, metasync=True, sync=True, readahead=False, lock=True,
+            )
+        except lmdb.Error as exc:
+            raise StoreError(f"cannot reopen the store at {self.path}: {exc}") from None
+        self.db = _open_dbs(self.env, self.readonly, self.path)
 
     def __enter__(self):
         return self
@@ -194,15 +233,22 @@ class Store:
 
     # -- transactions --------------------------------------------------------------
     def write(self, fn):
-        """Run ``fn(txn)`` in one write transaction; grow the map and retry when full."""
+        """Run ``fn(txn)`` in one write transaction; grow the map and retry when full.  Any
+        other LMDB failure (a full disk) aborts the transaction whole: the store keeps its
+        last commit, and the same command resumes once the cause is gone."""
         while True:
             try:
                 with self.env.begin(write=True) as txn:
                     return fn(txn)
             except lmdb.MapFullError:
-                self.env.set_mapsize(self.env.info()["map_size"] * 2)
+                try:
+                    self.env.set_mapsize(self.env.info()["map_size"] * 2)
+                except lmdb.Error as exc:
+                    raise StoreError(_write_failed(self.path, exc)) from None
             except lmdb.MapResizedError:
                 self.env.set_mapsize(0)
+            except lmdb.Error as exc:
+                raise StoreError(_write_failed(self.path, exc)) from None
 
     @contextmanager
     def reader(self):
@@ -232,6 +278,29 @@ class Store:
     def totals(self, txn=None) -> dict:
         info = self.info(txn)
         return dict(info["totals"]) if info else dict(_ZERO_TOTALS)
+
+    def check_settings(self, settings: dict) -> None:
+        """Raises unless the store is new or was counted with ``settings``."""
+        with self.reader() as txn:
+            self.settings_in(txn, settings, record=False)
+
+    def settings_in(self, txn, settings: dict, record: bool = True) -> dict:
+        """Inside ``txn``: checks ``settings`` against the recorded ones, recording them in a
+        new store when ``record`` (so a count that fails before its first batch leaves none)."""
+        raw = txn.get(b"info", db=self.db["meta"])
+        if raw is None:
+            if record:
+                info = {"magic": MAGIC, "format": FORMAT_VERSION, "settings": settings, "totals": dict(_ZERO_TOTALS)}
+                txn.put(b"info", pack(info), db=self.db["meta"])
+            return settings
+        recorded = unpack(raw)["settings"]
+        for key in sorted(set(recorded) | set(settings)):
+            if recorded.get(key) != settings.get(key):
+                raise StoreError(
+                    f"the store at {self.path} was counted with {key}={recorded.get(key)!r}, not "
+                    f"{settings.get(key)!r}; use the same settings or another --store"
+                )
+        return recorded
 
     def ensure_settings(self, settings: dict) -> dict:
         """Records ``settings`` in a new store, or checks they equal the recorded ones."""

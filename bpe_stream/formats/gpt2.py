@@ -120,14 +120,27 @@ def save_gpt2(tok: Tokenizer, directory) -> List[str]:
                 f"the special token {text!r} is a single byte; readers of vocab.json would take it for a byte token, "
                 "so export with --format hf"
             )
-    os.makedirs(directory, exist_ok=True)
-    vocab_path, merges_path = gpt2_dir_files(directory)
     vocab_doc = {keys[tid]: tid for tid in sorted(tok.vocab)}
+    merges_text = MERGES_VERSION_LINE + "".join(f"{keys[left]} {keys[right]}\n" for left, right, _ in tok.merges)
+    vocab_text = json.dumps(vocab_doc)  # GPT-2's own layout: ", " / ": " separators, ASCII escapes
+    vocab_path, merges_path = gpt2_dir_files(directory)
+    others = set(os.listdir(directory)) - {"vocab.json", "merges.txt"} if os.path.isdir(directory) else set()
+    if not others:
+        # The two files must change together: a new directory replaces the old in one step.
+        from ..atomic import atomic_directory
+
+        with atomic_directory(directory) as tmp:
+            for name, text in (("merges.txt", merges_text), ("vocab.json", vocab_text)):
+                with open(os.path.join(tmp, name), "w", encoding="utf-8", newline="\n") as f:
+                    f.write(text)
+                    f.flush()
+                    os.fsync(f.fileno())
+        return [vocab_path, merges_path]
+    # A directory with other files of the user's: each file is replaced atomically.
     with atomic_write(merges_path, "w") as f:
-        f.write(MERGES_VERSION_LINE)
-        f.write("".join(f"{keys[left]} {keys[right]}\n" for left, right, _ in tok.merges))
+        f.write(merges_text)
     with atomic_write(vocab_path, "w") as f:
-        f.write(json.dumps(vocab_doc))  # GPT-2's own layout: ", " / ": " separators, ASCII escapes
+        f.write(vocab_text)
     return [vocab_path, merges_path]
 
 
