@@ -745,25 +745,27 @@ static inline uint32_t be32(const uint8_t *p) {
 }
 
 /* Removes and returns the keys (word id, 4 bytes big-endian) of the words that may hold
- * (a, b), sorted and distinct: ready for Cursor.getmulti. */
+ * (a, b), sorted and distinct, packed in one bytes object (4 bytes a key: a frequent pair
+ * may name millions of words, and one object a key would cost ten times the memory). */
 static PyObject *PairIndex_take_words(PairIndexObject *self, PyObject *args) {
     unsigned int a, b;
     if (!PyArg_ParseTuple(args, "II", &a, &b)) return NULL;
     uint32_t r = pair_get(&self->s, ((uint64_t)a << 32) | b, 0);
-    if (r == NONE) return PyList_New(0);
+    if (r == NONE) return PyBytes_FromStringAndSize(NULL, 0);
     PosList *l = &self->s.recs[r].occ;
     if (l->len > 1) qsort(l->data, l->len, sizeof(uint32_t), cmp_u32);
     uint32_t n = 0;
     for (uint32_t k = 0; k < l->len; k++)
         if (!n || l->data[n - 1] != l->data[k]) l->data[n++] = l->data[k];
-    PyObject *out = PyList_New(n);
+    PyObject *out = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)n * 4);
     if (!out) return NULL;
+    uint8_t *o = (uint8_t *)PyBytes_AS_STRING(out);
     for (uint32_t k = 0; k < n; k++) {
         uint32_t w = l->data[k];
-        uint8_t key[4] = {(uint8_t)(w >> 24), (uint8_t)(w >> 16), (uint8_t)(w >> 8), (uint8_t)w};
-        PyObject *kb = PyBytes_FromStringAndSize((const char *)key, 4);
-        if (!kb) { Py_DECREF(out); return NULL; }
-        PyList_SET_ITEM(out, k, kb);
+        o[4 * k] = (uint8_t)(w >> 24);
+        o[4 * k + 1] = (uint8_t)(w >> 16);
+        o[4 * k + 2] = (uint8_t)(w >> 8);
+        o[4 * k + 3] = (uint8_t)w;
     }
     free(l->data);
     l->data = NULL;
@@ -927,7 +929,7 @@ static PyMethodDef PairIndex_methods[] = {
     {"build_heap", (PyCFunction)PairIndex_build_heap, METH_NOARGS, "Call once after the last add_word."},
     {"pop_best", (PyCFunction)PairIndex_pop_best, METH_VARARGS, "pop_best(min_count) -> (left, right, count) or None."},
     {"count", (PyCFunction)PairIndex_count, METH_VARARGS, "count(left, right) -> the pair's current count."},
-    {"take_words", (PyCFunction)PairIndex_take_words, METH_VARARGS, "take_words(left, right) -> [word key]."},
+    {"take_words", (PyCFunction)PairIndex_take_words, METH_VARARGS, "take_words(left, right) -> packed 4-byte word keys."},
     {"begin_merge", (PyCFunction)PairIndex_begin_merge, METH_VARARGS, "begin_merge(left, right) -> new token id."},
     {"merge_rows", (PyCFunction)PairIndex_merge_rows, METH_VARARGS, "merge_rows(rows) -> [(key, value)] changed."},
     {"end_merge", (PyCFunction)PairIndex_end_merge, METH_NOARGS, "Ends the merge: pushes the pairs it made."},

@@ -37,6 +37,12 @@ app = typer.Typer(
 )
 
 USER_ERRORS = (StoreError, InputError, TokenizerError, TrainError, PretokenizeError, ValueError)
+try:
+    import lmdb as _lmdb
+
+    USER_ERRORS = USER_ERRORS + (_lmdb.Error,)  # whatever the store layer did not word itself
+except ImportError:  # pragma: no cover
+    pass
 
 StoreOpt = typer.Option(None, "--store", help="Store directory \\[default: $BPE_STREAM_STORE or ./bpe-store].")
 QuietOpt = typer.Option(False, "--quiet", "-q", help="No progress bar or summary on stderr.")
@@ -66,6 +72,24 @@ def user_errors():
         fail(f"{exc.filename + ': ' if getattr(exc, 'filename', None) else ''}{exc.strerror or exc}")
     except MemoryError:
         fail("out of memory; lower --max-memory or free memory")
+
+
+@contextmanager
+def _interrupted(store, before: dict, sources):
+    """Ctrl-C during count: say what the store kept (stdin cannot be replayed), exit 130."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        after = store.totals()
+        kept = after.get("bytes", 0) - before.get("bytes", 0)
+        stdin = any(s.is_stdin for s in sources)
+        typer.echo(
+            f"interrupted: the store keeps the {kept:,} bytes committed by this run"
+            + ("; stdin cannot be replayed, so feed only what follows them" if stdin else
+               "; run the same command again to resume each file where it stopped"),
+            err=True,
+        )
+        raise typer.Exit(130)
 
 
 def parse_size(text: str) -> int:
@@ -145,9 +169,10 @@ def count(
             settings = make_settings(
                 merged.get("pretokenizer") or "gpt2", merged.get("special_tokens") or [], merged.get("end_of_word")
             )
+            before = st.totals()
             n_workers = workers or default_workers()
             runner = make_runner(engine, n_workers, scheduler) if engine != "local" or scheduler else None
-            with progress_bar(quiet, unit="B", unit_scale=True, desc="count") as bar:
+            with progress_bar(quiet, unit="B", unit_scale=True, desc="count") as bar, _interrupted(st, before, sources):
                 summary = count_sources(
                     st, sources, settings, workers=n_workers, runner=runner, max_memory=budget,
                     recount=recount, strict_utf8=strict_utf8,

@@ -177,7 +177,15 @@ def train_from_store(
             if checkpoint is None or checkpoint.get("fingerprint") != fingerprint:
                 on_message("no checkpoint of this run to resume (the store or the settings changed); training from the start")
             else:
-                saved = [tuple(m[:2]) for m in checkpoint["merges"]]
+                # The checkpoint's merges stand only while their counts reach --min-count,
+                # which the fingerprint leaves out (it only stops training earlier).
+                kept = []
+                for m in checkpoint["merges"]:
+                    if m[2] < max(1, config.min_count):
+                        break
+                    kept.append(m)
+                checkpoint = dict(checkpoint, merges=kept)
+                saved = [tuple(m[:2]) for m in kept]
                 if forced and saved[: len(forced)] != forced[: len(saved)]:
                     raise TrainError("--resume and --from disagree: the checkpoint holds other merges; drop one of them")
                 if len(saved) > len(forced):

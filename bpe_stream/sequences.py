@@ -36,7 +36,7 @@ except ImportError:  # pragma: no cover - depends on the build
 
 _BATCH = 50_000
 _SLICE = 8192  # words of one merge read, rewritten and written at a time
-_REMAP_ROWS = 32768  # rows read or written between two reopenings of the table
+_REMAP_ROWS = 8192  # rows read or written between two reopenings of the table
 _DIRTY_ROWS = 16384  # rows written before a commit: each may dirty a 4 KiB page (kept for replay)
 
 
@@ -176,10 +176,12 @@ class DiskTrainer:
                 if best is None:
                     break
                 left, right, count = best
-            keys = index.take_words(left, right)
+            packed = index.take_words(left, right)
             index.begin_merge(left, right)
-            for start in range(0, len(keys), _SLICE):
-                table.put_many(index.merge_rows(table.get_many(keys[start:start + _SLICE])))
+            for start in range(0, len(packed), 4 * _SLICE):
+                end = min(len(packed), start + 4 * _SLICE)
+                keys = [packed[i:i + 4] for i in range(start, end, 4)]
+                table.put_many(index.merge_rows(table.get_many(keys)))
             index.end_merge()
             done.append((left, right, count))
             batch.append((left, right, count))

@@ -36,6 +36,10 @@ class StoreError(Exception):
     """A store that is missing, not ours, of another format or another setting."""
 
 
+class _NoTables(StoreError):
+    """An environment whose creation was cut off before its tables existed."""
+
+
 _LMDB_FILES = {"data.mdb", "lock.mdb"}
 
 
@@ -63,7 +67,7 @@ def _open_dbs(env, readonly: bool, path: str) -> dict:
     try:
         return _retrying(env, open_all)
     except lmdb.NotFoundError:
-        raise StoreError(f"the store at {path} is empty; run 'bpe-stream count' first") from None
+        raise _NoTables(f"the store at {path} is empty; run 'bpe-stream count' first") from None
     except lmdb.Error as exc:
         raise StoreError(f"cannot open the tables of the store at {path}: {exc}") from None
 
@@ -175,6 +179,14 @@ class Store:
                 if not isinstance(meta.get("settings"), dict) or not isinstance(meta.get("totals"), dict):
                     raise StoreError(f"the store at {path} has a damaged header record; restore it from a copy or count again")
             store = cls(path, env, readonly=readonly and exists)
+        except _NoTables:
+            env.close()
+            if not readonly:
+                raise
+            # Read-only, a store cut off before its tables existed: create the (empty)
+            # tables, which changes nothing a reader could see, then open it as asked.
+            cls.open(path, create=False, readonly=False).close()
+            return cls.open(path, create=False, readonly=True)
         except BaseException:
             env.close()
             raise

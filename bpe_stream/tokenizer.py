@@ -111,6 +111,10 @@ class Tokenizer:
         self._marker_ends = frozenset(marker_ends)
         self.decode_table = out
         self._max_id = max(vocab) if vocab else -1
+        if self._max_id >= 2 * len(vocab) + (1 << 20):
+            raise TokenizerError(
+                f"the ids reach {self._max_id} for {len(vocab)} tokens; a tokenizer's ids must be (nearly) dense"
+            )
         self._dense = [out.get(i) for i in range(self._max_id + 1)]
         self.splitter = SpecialSplitter(list(self.special_ids))
         self._cache: Dict[str, List[int]] = {}

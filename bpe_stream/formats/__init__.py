@@ -20,6 +20,17 @@ MAX_TOKENIZER_BYTES = 1 << 30  # a larger -t is a corpus passed by mistake, not 
 
 
 def load_any(path) -> Tokenizer:
+    """The tokenizer at ``path``, in whichever supported format it is."""
+    try:
+        return _load_any(path)
+    except TokenizerError:
+        raise
+    except (TypeError, AttributeError, KeyError, IndexError, ValueError, OverflowError, RecursionError) as exc:
+        # A file that parses but whose fields have the wrong shapes: never a traceback.
+        raise TokenizerError(f"{path}: the tokenizer file is damaged ({type(exc).__name__}: {exc})"[:300]) from None
+
+
+def _load_any(path) -> Tokenizer:
     from .gpt2 import gpt2_pairs, is_gpt2_dir, load_gpt2, partner_file
     from .hf import from_hf_document, is_hf, load_hf
     from .native import from_document, is_native
