@@ -165,8 +165,8 @@ class Store:
         except lmdb.Error as exc:
             raise StoreError(f"cannot open the store at {path}: {exc}") from None
         try:
-            meta = _retrying(env, lambda: cls._read_meta(env))
-            if exists and meta is None and not _retrying(env, lambda: cls._is_blank(env)):
+            meta, blank = _retrying(env, lambda: cls._inspect(env))
+            if exists and meta is None and not blank:
                 raise StoreError(f"{path} is an LMDB database but not a bpe-stream store; choose another --store")
             if meta is not None:
                 if not isinstance(meta, dict) or meta.get("magic") != MAGIC:
@@ -193,31 +193,25 @@ class Store:
         return store
 
     @staticmethod
-    def _is_blank(env) -> bool:
-        """An environment holding nothing but our empty tables: a store whose creation was
-        cut off before its settings were recorded (a kill then), safe to take over."""
+    def _inspect(env) -> Tuple[Optional[dict], bool]:
+        """The header record, and whether the environment holds nothing but our empty tables
+        (a store whose creation was cut off before its first batch, or is under way in
+        another process) -- both read in one transaction, so a batch committed meanwhile by
+        that other process cannot make the store look like someone else's."""
         with env.begin() as txn:
             names = [bytes(k) for k, _ in txn.cursor()]
             if any(name not in _DBS for name in names):
-                return False
-        for name in names:
-            with env.begin() as txn:
+                return None, False
+            meta = None
+            blank = True
+            for name in names:
                 db = env.open_db(name, txn=txn, create=False)
+                if name == b"meta":
+                    raw = txn.get(b"info", db=db)
+                    meta = unpack(raw) if raw is not None else None
                 if txn.stat(db)["entries"]:
-                    return False
-        return True
-
-    @staticmethod
-    def _read_meta(env) -> Optional[dict]:
-        try:
-            with env.begin() as txn:
-                db = env.open_db(b"meta", txn=txn, create=False)
-                raw = txn.get(b"info", db=db)
-        except lmdb.NotFoundError:
-            return None
-        except lmdb.Error:
-            return None
-        return unpack(raw) if raw is not None else None
+                    blank = False
+            return meta, blank
 
     def close(self) -> None:
         self.env.close()
