@@ -6,7 +6,7 @@ BPE := $(VENV)/bin/bpe-stream
 RUN_DIR ?= run
 STDLIB := $(shell $(PYTHON) -c "import sysconfig; print(sysconfig.get_paths()['stdlib'])")
 
-.PHONY: install run test bench lint clean
+.PHONY: install run test bench stress lint clean
 
 install: $(VENV)/.installed
 
@@ -35,6 +35,10 @@ test: install
 bench: install
 	$(PY) -m pip install -q -e '.[dev,bench]'
 	$(PY) benchmarks/run_bench.py
+
+# Kill/rerun, concurrency and creation races repeated for minutes (issue 7), outside make test.
+stress: install
+	$(PY) benchmarks/stress.py --minutes 5
 
 lint: install
 	$(PY) -m pip install -q ruff

@@ -17,7 +17,11 @@ keep the sampler cheap on a 2-core machine) and records their sum.  The peak of 
 is ``tree_peak_rss``.  Each sample also reads ``VmHWM``, the kernel's own peak RSS of
 the process (monotonic, so it catches spikes shorter than a sampling interval; exec resets
 it); ``vm_hwm`` is the largest last-sampled VmHWM of any one process of the tree.
-``peak_rss`` is the larger of ``tree_peak_rss`` and ``vm_hwm``.
+``peak_rss`` is the larger of ``tree_peak_rss`` and ``vm_hwm``.  The same samples split
+RSS into ``RssAnon`` (heap, stacks: memory the process really holds) and ``RssFile`` +
+``RssShmem`` (clean pages of mapped files, e.g. LMDB maps, which the kernel can drop at
+will); ``tree_peak_anon`` and ``tree_peak_file`` are the peaks of their sums over the tree
+(sampled only: there is no kernel high-water mark for them).
 
 The ``getrusage`` cross-checks are recorded too, with a caveat: ``wait4`` gives the
 child's ``ru_maxrss`` and ``resource.getrusage(RUSAGE_CHILDREN).ru_maxrss`` is read after
@@ -102,6 +106,29 @@ def rss_of(pid: int) -> Tuple[int, int]:
     return rss, hwm
 
 
+def rss_parts(pid: int) -> Tuple[int, int, int, int]:
+    """``(VmRSS, VmHWM, RssAnon, RssFile + RssShmem)`` of one process in bytes (zeros when
+    it is gone or a zombie)."""
+    rss = hwm = anon = file_ = 0
+    try:
+        with open(f"/proc/{pid}/status", "rb") as f:
+            for line in f:
+                if line.startswith(b"VmHWM:"):
+                    hwm = int(line.split()[1]) * 1024
+                elif line.startswith(b"VmRSS:"):
+                    rss = int(line.split()[1]) * 1024
+                elif line.startswith(b"RssAnon:"):
+                    anon = int(line.split()[1]) * 1024
+                elif line.startswith(b"RssFile:"):
+                    file_ += int(line.split()[1]) * 1024
+                elif line.startswith(b"RssShmem:"):
+                    file_ += int(line.split()[1]) * 1024
+                    break
+    except (OSError, ValueError):
+        pass
+    return rss, hwm, anon, file_
+
+
 def pss_of(pid: int) -> int:
     """``Pss`` of one process in bytes, from ``/proc/PID/smaps_rollup`` (0 if unreadable)."""
     try:
@@ -134,6 +161,8 @@ class RssSampler(threading.Thread):
         self.rescan_every, self.pss_every = rescan_every, pss_every
         self.samples: List[Tuple[float, int]] = []
         self.peak = 0
+        self.peak_anon = 0  # peak of the summed RssAnon
+        self.peak_file = 0  # peak of the summed RssFile + RssShmem (mapped files)
         self.peak_pss = 0  # only sampled while the tree has more than one process
         self.hwm: Dict[int, int] = {}  # pid -> VmHWM at its last sample (the last one is after exec)
         self.max_processes = 1
@@ -152,15 +181,19 @@ class RssSampler(threading.Thread):
                 last_pss = n
                 self.peak_pss = max(self.peak_pss, sum(pss_of(p) for p in tree))
             n += 1
-            total = 0
+            total = anon = file_ = 0
             for p in tree:
-                rss, hwm = rss_of(p)
+                rss, hwm, a, f = rss_parts(p)
                 total += rss
+                anon += a
+                file_ += f
                 if hwm:
                     self.hwm[p] = hwm
             if total:
                 self.samples.append((time.perf_counter() - self.t0, total))
                 self.peak = max(self.peak, total)
+                self.peak_anon = max(self.peak_anon, anon)
+                self.peak_file = max(self.peak_file, file_)
             self._halt.wait(self.interval)
 
     def stop(self) -> None:
@@ -184,6 +217,8 @@ class Measurement:
     samples: List[Tuple[float, int]] = field(default_factory=list)  # (seconds since start, bytes)
     max_processes: int = 1
     tree_peak_pss: int = 0  # bytes, sampled every ~200 ms while the tree had several processes (else 0)
+    tree_peak_anon: int = 0  # bytes, the peak of the sampled sum of RssAnon over the tree
+    tree_peak_file: int = 0  # bytes, the peak of the sampled sum of RssFile + RssShmem (mapped files)
     harness_maxrss: int = 0  # bytes, this process's own peak RSS when the run ended (ru_maxrss's floor)
     others_cpu_s: float = 0.0  # CPU the rest of the machine used meanwhile (noise; this harness excluded)
     loadavg: float = 0.0  # 1-minute load average when the run started
@@ -286,6 +321,8 @@ def measure_command(
         samples=sampler.samples,
         max_processes=sampler.max_processes,
         tree_peak_pss=sampler.peak_pss,
+        tree_peak_anon=sampler.peak_anon,
+        tree_peak_file=sampler.peak_file,
         others_cpu_s=max(0.0, (busy1 - busy0) - own - (usage.ru_utime + usage.ru_stime)),
         loadavg=load,
         harness_maxrss=self1.ru_maxrss * 1024,
@@ -400,6 +437,7 @@ if __name__ == "__main__":
         run = measure_command(sys.argv[1:], check=False)
         print(
             f"exit {run.returncode}; {run.wall_s:.3f} s wall, {run.cpu_s:.3f} s CPU; peak RSS {run.peak_rss / MB:,.1f} MB "
+            f"(anon {run.tree_peak_anon / MB:,.1f} MB, mapped files {run.tree_peak_file / MB:,.1f} MB) "
             f"(sampled tree {run.tree_peak_rss / MB:,.1f} MB over {len(run.samples)} samples, up to {run.max_processes} "
             f"processes; VmHWM {run.vm_hwm / MB:,.1f} MB; ru_maxrss {run.ru_maxrss / MB:,.1f} MB, "
             f"harness {run.harness_maxrss / MB:,.1f} MB)"

@@ -1,9 +1,9 @@
 """``make bench``: time bpe-stream against its peers, in one run, on the reference data.
 
-    .venv/bin/python benchmarks/run_bench.py [--quick] [--only SECTION[,SECTION]] [--repeat N]
+    .venv/bin/python benchmarks/run_bench.py [--quick] [--only SECTION[,SECTION]] [--repeat N] [--big-count SIZE]
 
-Sections (default: all; ``--quick`` drops ``train-large`` unless it is asked for by name
-and shrinks the others):
+Sections (default: all but ``out-of-core``; ``--quick`` also drops ``train-large`` unless it
+is asked for by name, and shrinks the others):
 
 * ``train-small``  count + train (vocab 500) on cs336/corpus.en: the CLI's wall time, the
                    in-library time of ``train_from_store`` and of ``train_bpe`` (the CS336
@@ -15,12 +15,28 @@ and shrinks the others):
 * ``encode``       encode throughput of the library (``encode``, ``encode_iterable``) and the
                    CLI on a 20 MB text (10 MB with --quick) against tiktoken and HF tokenizers
                    built from the same vocabulary (the ids are checked to be the same).
+* ``corpus-gen``   ``benchmarks/gen_corpus.py`` writes 400 MB of seeded web-like text (20 MB
+                   with --quick) with 1 and with 2 processes (same bytes?), and the distinct
+                   pretokens per MB of 20 MB of it against 20 MB of en_100M.txt.
+* ``out-of-core``  issue 3, on that generated text (>= 5 million distinct pretokens; topped up
+                   with more if short): count, then train vocab 32,000 with ``--max-memory 1G``
+                   (must take the disk path) against ``--path memory`` on the same store (the
+                   baseline; on a fraction of the corpus if it would not fit in memory here),
+                   the tokenizer files compared; then ``count --max-memory 512M`` of a 5 GB
+                   generated file (``--big-count``; 200 MB with --quick).  Not run unless named.
+* ``multi``, ``code``  issue 9: count + train at vocab 32,768 on multi_25M.txt / code_25M.txt
+                   (5 MB prefixes with --quick) against HF tokenizers and rustbpe, and the merge
+                   loop alone (``train_from_store``) against English of the same size (a prefix
+                   of en_100M.txt) and, in a full run, all of en_100M.txt.
 
 The machine is small and shared, so every figure comes with a peer measured in the same
 run: the ``time/bpe`` column is the row's seconds divided by those of the section's
 baseline row (marked ``*``).  Every run is a separate process (see ``measure.py``); peak
-RSS covers its whole process tree.  Results go to benchmarks/results/bench-<timestamp>.json
-(fields: benchmarks/results/README.md) with one RSS-over-time PNG per section.
+RSS covers its whole process tree, and its anonymous part (``RssAnon``: the memory really
+held, without the clean pages of mapped files such as the trainer's LMDB maps) is shown
+beside it.  Generated corpora and stores live in a temporary directory.  Results go to
+benchmarks/results/bench-<timestamp>.json (fields: benchmarks/results/README.md) with one
+RSS-over-time PNG per section.
 """
 
 from __future__ import annotations
@@ -40,7 +56,7 @@ import time
 import traceback
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Sequence
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
@@ -53,8 +69,13 @@ import workloads as W  # noqa: E402
 from measure import MB, Measurement, MeasureError  # noqa: E402
 
 SPECIAL = "<|endoftext|>"
-SECTIONS = ("train-small", "count", "train-large", "encode")
-QUICK_DEFAULT = ("train-small", "count", "encode")
+SECTIONS = ("train-small", "count", "train-large", "encode", "corpus-gen", "out-of-core", "multi", "code")
+QUICK_DEFAULT = ("train-small", "count", "encode", "corpus-gen", "multi", "code")
+FULL_DEFAULT = ("train-small", "count", "train-large", "encode", "corpus-gen", "multi", "code")
+SKIP_REASONS = {  # why a section is left out of a run that did not name it
+    "train-large": "skipped with --quick (run it with --only train-large)",
+    "out-of-core": "not run by default: it generates and counts gigabytes (run it with --only out-of-core)",
+}
 CS336_REFERENCE_SECONDS = 0.38  # the CS336 reference train_bpe on corpus.en, vocab 500
 PEER_MODULES = {"rustbpe": "rustbpe", "HF tokenizers": "tokenizers", "tiktoken": "tiktoken"}
 
@@ -92,6 +113,8 @@ class Row:
     tree_peak_rss_mb: Optional[float] = None
     vm_hwm_mb: Optional[float] = None  # the largest VmHWM of one process of the tree
     tree_peak_pss_mb: Optional[float] = None  # only for multi-process trees
+    peak_anon_mb: Optional[float] = None  # peak of the summed RssAnon (sampled): memory really held
+    peak_file_mb: Optional[float] = None  # peak of the summed RssFile + RssShmem (sampled): mapped files, e.g. LMDB
     processes: Optional[int] = None  # the most processes seen in the tree at once
     run: Optional[str] = None  # label of the measurement in the section's "runs"
     error: Optional[str] = None
@@ -116,7 +139,7 @@ def row_from(section: str, tool: str, phase: str, how: str, m: Measurement, mb: 
         peak_rss_mb=m.peak_rss / MB, cores=m.cores, others=m.others_cores, all_seconds=list(getattr(m, "all_seconds", [m.seconds])),
         wall_s=m.wall_s, cpu_s=m.cpu_s, ru_maxrss_mb=m.ru_maxrss / MB, tree_peak_rss_mb=m.tree_peak_rss / MB,
         vm_hwm_mb=m.vm_hwm / MB, tree_peak_pss_mb=(m.tree_peak_pss / MB) if m.tree_peak_pss else None, processes=m.max_processes,
-        run=m.label, **kw,
+        peak_anon_mb=m.tree_peak_anon / MB, peak_file_mb=m.tree_peak_file / MB, run=m.label, **kw,
     )
 
 
@@ -135,6 +158,8 @@ class Context:
         self.count_store: Optional[tuple] = None  # (text path, store path) counted with SPECIAL
         self.large_tokenizer: Optional[dict] = None  # {"path":..., "trained_on":..., "vocab_size":...}
         self._prefixes: Dict[tuple, Path] = {}
+        self._generated: Dict[tuple, Path] = {}  # (bytes, seed) -> a file written by gen_corpus.py
+        self.merge_loops: Dict[str, dict] = {}  # text -> {"run", "stats", "section"} of its train_from_store
 
     def data(self, *parts) -> Path:
         path = DATA.joinpath(*parts)
@@ -160,6 +185,38 @@ class Context:
                     g.write(block)
             self._prefixes[key] = out
         return self._prefixes[key]
+
+    def generated(self, nbytes: int, seed: int = 1, workers: int = 1) -> Tuple[Path, Optional[Measurement]]:
+        """A corpus of about ``nbytes`` from gen_corpus.py in the temporary directory, made
+        (and measured) on first use: ``(path, measurement or None when it was made before)``."""
+        key = (nbytes, seed)
+        path = self._generated.get(key)
+        if path is not None and path.exists():
+            return path, None
+        import gen_corpus as G  # numpy: only the sections that generate text need it
+
+        path = self.tmp / f"generated-seed{seed}-{nbytes / 1e6:.0f}MB.txt"
+        m = self.fn(f"gen_corpus {nbytes / 1e6:,.0f} MB (seed {seed}, {workers} process{'es' if workers > 1 else ''})",
+                    G.generate, str(path), nbytes, seed, workers=workers)
+        self._generated[key] = path
+        return path, m
+
+    def forget(self, path: Path) -> None:
+        """Deletes a large temporary file (and forgets it was generated)."""
+        self._generated = {k: v for k, v in self._generated.items() if v != path}
+        self._prefixes = {k: v for k, v in self._prefixes.items() if v != path}
+        if path.is_dir():
+            shutil.rmtree(path, ignore_errors=True)
+        elif path.exists():
+            path.unlink()
+
+    def stats(self, store: Path) -> dict:
+        """``bpe-stream stats --json`` of a store (not timed; ``--top 0`` fails in bpe-stream 0.1.0)."""
+        out = subprocess.run([*self.bpe, "stats", "--store", str(store), "--json", "--top", "1"], check=True,
+                             capture_output=True, text=True)
+        data = json.loads(out.stdout)
+        data.pop("top", None)
+        return data
 
     # measuring with --repeat: keep the fastest run, remember every time
     def best(self, make: Callable[[], Measurement], setup: Optional[Callable[[], None]] = None) -> Measurement:
@@ -289,6 +346,7 @@ def concat(label: str, runs: Sequence[Measurement]) -> Measurement:
         rusage_children_maxrss=max(m.rusage_children_maxrss for m in runs), samples=samples,
         max_processes=max(m.max_processes for m in runs), stderr_tail=first.stderr_tail,
         tree_peak_pss=max(m.tree_peak_pss for m in runs), others_cpu_s=sum(m.others_cpu_s for m in runs),
+        tree_peak_anon=max(m.tree_peak_anon for m in runs), tree_peak_file=max(m.tree_peak_file for m in runs),
         loadavg=first.loadavg,
     )
     out.all_seconds = [sum(m.seconds for m in runs)]
@@ -497,11 +555,331 @@ def section_encode(ctx: Context) -> Section:
     return s
 
 
+# -- generated corpora, out-of-core training, multilingual and code -------------------------
+GEN_BYTES = {False: 400_000_000, True: 20_000_000}  # corpus-gen's output = out-of-core's corpus
+BIG_COUNT_BYTES = {False: 5_000_000_000, True: 200_000_000}  # out-of-core's count --max-memory 512M
+SCAN_BYTES = 20_000_000  # distinct pretokens per MB: a regex scan of this much text
+DISTINCT_TARGET = 5_000_000  # issue 3: the out-of-core corpus holds at least this many distinct pretokens
+OOC_VOCAB, OOC_BUDGET, OOC_COUNT_BUDGET = 32000, "1G", "512M"
+DISK_RSS_TARGET_MB, COUNT_RSS_TARGET_MB, DISK_TIME_TARGET = 1200, 600, 3.0
+PEER_VOCAB = 32768  # issue 9: multi and code against the peers
+MULTI_PREFIX_QUICK = 5_000_000
+MERGE_LOOP_TARGET = 3.0  # issue 9: the merge loop on multi_25M within 3x of English of the same size
+
+
+def parse_train_messages(stderr: str) -> dict:
+    """bpe-stream train's stderr -> the path it took and why, and what it learned."""
+    out: dict = {}
+    m = re.search(r"training (in memory|with the sequence table on disk) \(([\d,]+) distinct pretokens, ([\d,]+) symbols; "
+                  r"([^\n]*)\)", stderr)
+    if m:
+        out.update(path="memory" if m.group(1) == "in memory" else "disk", distinct=int(m.group(2).replace(",", "")),
+                   symbols=int(m.group(3).replace(",", "")), reason=m.group(4))
+    m = re.search(r"learned ([\d,]+) merges \(last pair count ([\d,]+)\); vocabulary ([\d,]+)", stderr)
+    if m:
+        out.update(merges=int(m.group(1).replace(",", "")), last_pair_count=int(m.group(2).replace(",", "")),
+                   vocab_size=int(m.group(3).replace(",", "")))
+    return out
+
+
+def mem_available() -> int:
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 4 << 30
+
+
+def same_file(a: Path, b: Path) -> bool:
+    if not (a.exists() and b.exists()) or a.stat().st_size != b.stat().st_size:
+        return False
+    return W.file_digest(str(a)) == W.file_digest(str(b))
+
+
+def anon_note(r: Row) -> str:
+    return (f"peak RSS {fmt(r.peak_rss_mb, ',.0f')} MB = anonymous {fmt(r.peak_anon_mb, ',.0f')} MB + mapped files "
+            f"{fmt(r.peak_file_mb, ',.0f')} MB at their own peaks")
+
+
+def section_corpus_gen(ctx: Context) -> Section:
+    s = Section(ctx, "corpus-gen", "benchmarks/gen_corpus.py: seeded web-like text (Zipf English words, a long tail of "
+                "identifiers, numbers, hex ids, URLs and CJK runs): speed, determinism, distinct pretokens per MB")
+    import gen_corpus as G
+
+    nbytes = GEN_BYTES[ctx.quick]
+    path = ctx.tmp / f"generated-seed1-{nbytes / 1e6:.0f}MB.txt"
+    s.info.update(bytes=nbytes, seed=1, tail_rate=0.1, output=str(path))
+    one = ctx.fn("gen_corpus, 1 process", G.generate, str(path), nbytes, 1, workers=1)
+    ctx._generated[(nbytes, 1)] = path
+    mb = one.result["bytes"] / MB
+    digest = W.file_digest(str(path))
+    s.add(row_from(s.name, "gen_corpus", "generate + write, 1 process", "in-process", one, mb, baseline=True,
+                   extra=dict(one.result, sha256=digest)), one)
+    check = ctx.tmp / "generated-check.txt"
+    two = ctx.fn("gen_corpus, 2 processes", G.generate, str(check), nbytes, 1, workers=2)
+    same = W.file_digest(str(check)) == digest
+    ctx.forget(check)
+    s.add(row_from(s.name, "gen_corpus", "generate + write, 2 processes", "in-process", two, mb,
+                   extra=dict(two.result, same_bytes_as_baseline=same)), two)
+    s.note(f"deterministic: seed 1 with 2 processes wrote {'the same bytes' if same else 'DIFFERENT bytes'} as with 1 "
+           f"(SHA-256 {digest[:16]}...); {one.result['documents']:,} documents, vocabulary of "
+           f"{one.result['vocabulary_words']:,} English words ({one.result['vocabulary_seconds']:.1f} s to build, not timed)")
+    per_cpu = one.result.get("mb_per_cpu_second") or 0
+    s.note(f"speed: {mb / one.seconds:.1f} MB/s wall with 1 process ({per_cpu:.1f} MB per CPU-second), "
+           f"{mb / two.seconds:.1f} MB/s with 2 (target > 30 MB/s; others kept {one.others_cores:.2f} cores busy)")
+    # distinct pretokens per MB: the generated text against real English of the same size;
+    # half of it too, for the rate at which new ones keep coming
+    sample = path if nbytes <= SCAN_BYTES else ctx.prefix(path, SCAN_BYTES)
+    half = ctx.prefix(path, SCAN_BYTES // 2)
+    scan = ctx.fn("regex scan (generated)", W.regex_scan, str(sample))
+    s.add(row_from(s.name, "regex", "Counter(findall(GPT2)) of the generated text", "in-process", scan, size_mb(sample),
+                   extra=scan.result), scan)
+    scan_half = ctx.fn("regex scan (generated, half)", W.regex_scan, str(half))
+    s.add(row_from(s.name, "regex", "Counter(findall(GPT2)) of its first half", "in-process", scan_half, size_mb(half),
+                   extra=scan_half.result), scan_half)
+    english = ctx.prefix(ctx.data("corpora", "en_100M.txt"), SCAN_BYTES)
+    ref = ctx.fn("regex scan (en_100M prefix)", W.regex_scan, str(english))
+    s.add(row_from(s.name, "regex", "Counter(findall(GPT2)) of en_100M (same size)", "in-process", ref, size_mb(english),
+                   extra=ref.result), ref)
+    gen_per_mb = scan.result["unique"] / size_mb(sample)
+    en_per_mb = ref.result["unique"] / size_mb(english)
+    # new distinct pretokens per further MB (the long tail is mostly unique, so this rate holds)
+    marginal = (scan.result["unique"] - scan_half.result["unique"]) / (size_mb(sample) - size_mb(half))
+    need_mb = size_mb(sample) + max(0, DISTINCT_TARGET - scan.result["unique"]) / marginal if marginal > 0 else None
+    s.info.update(distinct_per_mb=gen_per_mb, english_distinct_per_mb=en_per_mb, new_distinct_per_further_mb=marginal,
+                  mb_for_distinct_target=need_mb)
+    s.note(f"distinct pretokens in {size_mb(sample):.0f} MB: generated {scan.result['unique']:,} ({gen_per_mb:,.0f}/MB), "
+           f"en_100M {ref.result['unique']:,} ({en_per_mb:,.0f}/MB); the generated text's second half added "
+           f"{marginal:,.0f}/MB, so about {fmt(need_mb, ',.0f')} MB hold {DISTINCT_TARGET / 1e6:.0f} million "
+           f"(out-of-core counts {GEN_BYTES[False] / 1e6:,.0f} MB exactly)")
+    return s
+
+
+def section_out_of_core(ctx: Context) -> Section:
+    s = Section(ctx, "out-of-core", f"issue 3: train vocab {OOC_VOCAB:,} on generated web-like text with the symbol "
+                f"sequences on disk (--max-memory {OOC_BUDGET}) against in memory; count --max-memory {OOC_COUNT_BUDGET}")
+    nbytes = GEN_BYTES[ctx.quick]
+    text, gen = ctx.generated(nbytes, seed=1)
+    if gen is not None:
+        s.add(row_from(s.name, "gen_corpus", "generate the corpus (setup)", "in-process", gen, gen.result["bytes"] / MB,
+                       extra=gen.result), gen)
+    texts = [text]
+    store = ctx.tmp / "ooc-store"
+    count = ctx.cmd("bpe-stream count", [*ctx.bpe, "count", "--store", store, "--special-token", SPECIAL, text],
+                    setup=fresh(store))
+    summary = parse_count_summary(count.stderr_tail)
+    s.add(row_from(s.name, "bpe-stream", "count", "CLI wall", count, size_mb(text), extra=summary), count)
+    stats = ctx.stats(store)
+    # runs add up: top the store up with more generated text until it holds DISTINCT_TARGET
+    seed = 1
+    while not ctx.quick and stats["unique_pretokens"] < DISTINCT_TARGET and seed < 4:
+        seed += 1
+        missing = DISTINCT_TARGET - stats["unique_pretokens"]
+        more = int(nbytes * 1.2 * missing / max(stats["unique_pretokens"], 1)) + 10_000_000
+        extra_text, gen = ctx.generated(more, seed=seed)
+        texts.append(extra_text)
+        s.add(row_from(s.name, "gen_corpus", f"generate more (seed {seed}, setup)", "in-process", gen, gen.result["bytes"] / MB,
+                       extra=gen.result), gen)
+        top = ctx.cmd("bpe-stream count (top-up)",
+                      [*ctx.bpe, "count", "--store", store, "--special-token", SPECIAL, extra_text])
+        s.add(row_from(s.name, "bpe-stream", f"count more (seed {seed})", "CLI wall", top, size_mb(extra_text),
+                       extra=parse_count_summary(top.stderr_tail)), top)
+        stats = ctx.stats(store)
+    mb = sum(size_mb(t) for t in texts)
+    unique, estimate = stats["unique_pretokens"], stats["estimated_train_memory_bytes"]
+    s.info.update(texts=[str(t) for t in texts], mb=mb, vocab_size=OOC_VOCAB, store_stats=stats)
+    s.note(f"store: {unique:,} distinct pretokens ({stats['unique_pretokens_bytes']:,} bytes) from {mb:,.0f} MB; "
+           + (f"{'meets' if unique >= DISTINCT_TARGET else 'BELOW'} the {DISTINCT_TARGET:,} of issue 3" if not ctx.quick
+              else "--quick: far below the 5 million of issue 3 (the full run has them)")
+           + f"; stats estimates {estimate / MB:,.0f} MB for an in-memory train")
+    # the out-of-core path: --max-memory must make 'auto' choose the disk
+    budget = OOC_BUDGET if not ctx.quick else f"{max(estimate // 3, 20_000_000) // 1_000_000}M"
+    if ctx.quick:
+        s.note(f"--quick: train --max-memory {budget} (a third of the in-memory estimate) so that auto picks the disk path "
+               f"on this small corpus; the full run uses {OOC_BUDGET}")
+    disk_out, mem_out = ctx.tmp / "ooc-disk.json", ctx.tmp / "ooc-memory.json"
+    disk = ctx.cmd(f"bpe-stream train --max-memory {budget}", [*ctx.bpe, "train", "--store", store, "--vocab-size",
+                   OOC_VOCAB, "-o", disk_out, "--max-memory", budget])
+    took = parse_train_messages(disk.stderr_tail)
+    disk_row = s.add(row_from(s.name, "bpe-stream", f"train --max-memory {budget} (auto: {took.get('path', '?')})",
+                              "CLI wall", disk, mb, extra=took), disk)
+    s.note(f"train --max-memory {budget} took the {took.get('path', 'UNKNOWN')} path"
+           + (" as it should" if took.get("path") == "disk" else " -- NOT the disk path")
+           + f" ({took.get('reason', 'no message on stderr')})")
+    # the in-memory path on the same store, unless it would not fit here: then on a fraction
+    avail = mem_available()
+    fraction = 1.0 if estimate < 0.6 * avail else max(0.05, 0.5 * avail / estimate)
+    s.info.update(mem_available_mb=avail / MB, memory_path_fraction=fraction)
+    mem_store, mem_mb = store, mb
+    if fraction < 1.0:
+        part = ctx.prefix(texts[0], int(size_mb(texts[0]) * MB * fraction))
+        mem_store, mem_mb = ctx.tmp / "ooc-fraction-store", size_mb(part)
+        s.note(f"the in-memory path would need ~{estimate / MB:,.0f} MB (MemAvailable {avail / MB:,.0f} MB): both paths "
+               f"measured again on the first {mem_mb:,.0f} MB ({fraction:.0%}) of the corpus for the ratios")
+        fc = ctx.cmd("bpe-stream count (fraction)", [*ctx.bpe, "count", "--store", mem_store, "--special-token", SPECIAL, part],
+                     setup=fresh(mem_store))
+        s.add(row_from(s.name, "bpe-stream", f"count {fraction:.0%} of the corpus", "CLI wall", fc, mem_mb,
+                       extra=parse_count_summary(fc.stderr_tail)), fc)
+        disk_out = ctx.tmp / "ooc-fraction-disk.json"
+        fd = ctx.cmd("bpe-stream train --path disk (fraction)", [*ctx.bpe, "train", "--store", mem_store, "--vocab-size",
+                     OOC_VOCAB, "-o", disk_out, "--path", "disk"])
+        disk_row = s.add(row_from(s.name, "bpe-stream", f"train --path disk, {fraction:.0%} of the corpus", "CLI wall", fd,
+                                  mem_mb, extra=parse_train_messages(fd.stderr_tail)), fd)
+    mem = ctx.cmd("bpe-stream train --path memory", [*ctx.bpe, "train", "--store", mem_store, "--vocab-size", OOC_VOCAB,
+                  "-o", mem_out, "--path", "memory"])
+    phase = "train --path memory" + (f", {fraction:.0%} of the corpus" if fraction < 1 else "")
+    mem_row = s.add(row_from(s.name, "bpe-stream", phase, "CLI wall", mem, mem_mb, baseline=True,
+                             extra=parse_train_messages(mem.stderr_tail)), mem)
+    identical = same_file(disk_out, mem_out)
+    mem_row.extra["identical_to_disk_tokenizer"] = identical
+    time_ratio = disk_row.seconds / mem_row.seconds
+    rss_ratio = mem_row.peak_rss_mb / disk_row.peak_rss_mb
+    anon_ratio = (mem_row.peak_anon_mb or 0) / disk_row.peak_anon_mb if disk_row.peak_anon_mb else None
+    s.info.update(disk_over_memory_seconds=time_ratio, memory_over_disk_peak_rss=rss_ratio,
+                  memory_over_disk_peak_anon=anon_ratio, tokenizers_identical=identical)
+    s.note(f"disk path: {disk_row.seconds:,.1f} s, {anon_note(disk_row)}; target < {DISK_RSS_TARGET_MB:,} MB peak RSS: "
+           + ("met" if disk_row.peak_rss_mb < DISK_RSS_TARGET_MB else "NOT met"))
+    s.note(f"memory path: {mem_row.seconds:,.1f} s, {anon_note(mem_row)}: {rss_ratio:.2f}x the disk path's peak RSS"
+           + (f", {anon_ratio:.2f}x its anonymous memory" if anon_ratio else ""))
+    s.note(f"disk / memory wall time = {time_ratio:.2f} (target < {DISK_TIME_TARGET:.0f}: "
+           f"{'met' if time_ratio < DISK_TIME_TARGET else 'NOT met'}); tokenizer files "
+           + ("byte-identical" if identical else "DIFFER") + " (same store)")
+    # counting a big input within --max-memory 512M
+    big_bytes = parse_size(ctx.args.big_count) if ctx.args.big_count else BIG_COUNT_BYTES[ctx.quick]
+    big, gen = ctx.generated(big_bytes, seed=2)
+    if gen is not None:
+        s.add(row_from(s.name, "gen_corpus", "generate the count input (seed 2, setup)", "in-process", gen,
+                       gen.result["bytes"] / MB, extra=gen.result), gen)
+    big_store = ctx.tmp / "ooc-big-store"
+    phase = f"count --max-memory {OOC_COUNT_BUDGET}"
+    # the longest run of the section: if it fails (a kill from outside...), its row keeps the
+    # memory measured until then and the rows above survive
+    bc = ctx.cmd(f"bpe-stream {phase}", [*ctx.bpe, "count", "--max-memory", OOC_COUNT_BUDGET, "--store", big_store,
+                 "--special-token", SPECIAL, big], setup=fresh(big_store), check=False)
+    big_summary = parse_count_summary(bc.stderr_tail)
+    error = None if bc.ok else f"exit status {bc.returncode} after {bc.wall_s:,.0f} s: {bc.stderr_tail.strip()[-1000:]}"
+    big_row = s.add(row_from(s.name, "bpe-stream", phase, "CLI wall", bc, size_mb(big), extra=big_summary, error=error), bc)
+    s.note(f"{phase} of {size_mb(big):,.0f} MB: "
+           + (f"{big_row.mb_s:.2f} MB/s, {big_summary.get('new_unique', 0):,} distinct pretokens, " if bc.ok
+              else f"FAILED (exit status {bc.returncode}) after {bc.wall_s:,.0f} s; until then ")
+           + f"{anon_note(big_row)}; target < {COUNT_RSS_TARGET_MB} MB: "
+           + ("met" if big_row.peak_rss_mb < COUNT_RSS_TARGET_MB else "NOT met")
+           + (f" (PSS peak {fmt(big_row.tree_peak_pss_mb, ',.0f')} MB over {big_row.processes} processes)"
+              if (big_row.processes or 1) > 1 else ""))
+    ctx.forget(big)
+    ctx.forget(big_store)
+    return s
+
+
+def parse_size(text: str) -> int:
+    """``512M``, ``5G``, ``200000000`` -> bytes (powers of 1000, like the MB of the tables)."""
+    m = re.fullmatch(r"\s*([\d.]+)\s*([kKmMgGtT]?)[bB]?\s*", str(text))
+    if not m:
+        raise ValueError(f"not a size: {text!r} (use e.g. 200M or 5G)")
+    return int(float(m.group(1)) * 1000 ** " KMGT".index(m.group(2).upper() or " "))
+
+
+def merge_loop(ctx: Context, s: Section, name: str, text: Path) -> Row:
+    """The in-library merge loop (``train_from_store``, vocab PEER_VOCAB) on ``text``'s
+    store: counted here untimed, or the count section's store of the same text; measured
+    once per run and shared between sections."""
+    key = str(text)
+    if key not in ctx.merge_loops:
+        if ctx.count_store and str(ctx.count_store[0]) == key and ctx.count_store[1].exists():
+            store = ctx.count_store[1]
+        else:
+            store = ctx.tmp / f"merge-loop-store-{len(ctx.merge_loops)}"
+            shutil.rmtree(store, ignore_errors=True)
+            say(f"  setup: counting {text.name} (not timed) ...")
+            subprocess.run([*ctx.bpe, "count", "--quiet", "--store", str(store), "--special-token", SPECIAL, str(text)],
+                           check=True)
+        m = ctx.fn(f"train_from_store ({name})", W.bpe_train_from_store, str(store), PEER_VOCAB)
+        st = ctx.stats(store)
+        ctx.merge_loops[key] = {"run": m, "stats": {k: st[k] for k in ("unique_pretokens", "unique_pretokens_bytes",
+                                                                         "pretokens", "bytes")}, "section": s.name}
+    got = ctx.merge_loops[key]
+    m = got["run"]
+    extra = dict(m.result, **got["stats"])
+    if got["section"] != s.name:
+        extra["measured_in_section"] = got["section"]
+    return s.add(row_from(s.name, "bpe-stream", f"merge loop: train_from_store on {name}", "in-process", m, size_mb(text),
+                          extra=extra), m)
+
+
+def section_peers(ctx: Context, name: str, filename: str) -> Section:
+    """count + train at vocab 32,768 against HF tokenizers and rustbpe on one corpus, and
+    the merge loop alone against English of the same size (and the whole en_100M)."""
+    source = ctx.data("corpora", filename)
+    text = ctx.prefix(source, MULTI_PREFIX_QUICK) if ctx.quick else source
+    mb = size_mb(text)
+    s = Section(ctx, name, f"issue 9: count + train vocab {PEER_VOCAB:,} on {text.name} against HF tokenizers and rustbpe; "
+                "the merge loop alone against English of the same size")
+    store = ctx.tmp / f"{name}-store"
+    out = ctx.tmp / f"{name}-tokenizer-{PEER_VOCAB}.json"
+    s.info.update(text=str(text), mb=mb, vocab_size=PEER_VOCAB)
+    count = ctx.cmd("bpe-stream count", [*ctx.bpe, "count", "--store", store, "--special-token", SPECIAL, text],
+                    setup=fresh(store))
+    train = ctx.cmd("bpe-stream train", [*ctx.bpe, "train", "--store", store, "--vocab-size", PEER_VOCAB, "-o", out])
+    both = concat("bpe-stream count + train", [count, train])
+    s.add(row_from(s.name, "bpe-stream", "count", "CLI wall", count, mb, extra=parse_count_summary(count.stderr_tail)), count)
+    s.add(row_from(s.name, "bpe-stream", "train", "CLI wall", train, mb, extra=parse_train_messages(train.stderr_tail)), train)
+    s.add(row_from(s.name, "bpe-stream", "count + train", "CLI wall", both, mb, baseline=True))
+    s.runs = [both]  # the plot shows count and train one after the other, as one line
+    s.peer("HF tokenizers", "train from file", "process wall", mb,
+           lambda: ctx.fn("HF train", W.hf_train, [str(text)], PEER_VOCAB, [SPECIAL]))
+    s.peer("rustbpe", "train from documents", "process wall", mb,
+           lambda: ctx.fn("rustbpe train", W.rustbpe_train, str(text), PEER_VOCAB, [SPECIAL]))
+    for r in s.rows:  # peers: process walls (start-up + import + read + train), like the CLI's
+        if r.tool != "bpe-stream" and r.wall_s:
+            r.extra["in_process_seconds"] = r.seconds
+            r.seconds = r.wall_s
+    base = s.rows[2]
+    for r in s.rows[3:]:
+        if r.seconds and base.seconds:
+            s.note(f"bpe-stream count + train {base.seconds:,.1f} s, {base.peak_rss_mb:,.0f} MB peak RSS; {r.tool} "
+                   f"{r.seconds:,.1f} s, {fmt(r.peak_rss_mb, ',.0f')} MB: bpe-stream / {r.tool} = x{base.seconds / r.seconds:.2f} "
+                   f"in time, x{base.peak_rss_mb / r.peak_rss_mb:.2f} in peak RSS ({r.extra.get('merges', '?'):,} merges)")
+    # the merge loop alone: this corpus against English of the same size (and all of en_100M)
+    own = merge_loop(ctx, s, text.name, text)
+    english_source = ctx.data("corpora", "en_100M.txt")
+    english = ctx.prefix(english_source, max(1, round(mb)) * 1_000_000)  # whole MB: multi and code share it
+    en = merge_loop(ctx, s, f"{english.name} (same size)", english)
+    ratio = own.seconds / en.seconds
+    s.info.update(merge_loop_seconds=own.seconds, english_merge_loop_seconds=en.seconds, merge_loop_ratio=ratio)
+    s.note(f"merge loop (train_from_store, in-process): {text.name} {own.seconds:.2f} s ({own.extra['unique_pretokens']:,} "
+           f"distinct pretokens, {own.extra['unique_pretokens_bytes']:,} symbols) vs {english.name} {en.seconds:.2f} s "
+           f"({en.extra['unique_pretokens']:,}, {en.extra['unique_pretokens_bytes']:,}): x{ratio:.2f}"
+           + (f" (target within {MERGE_LOOP_TARGET:.0f}x: {'met' if ratio <= MERGE_LOOP_TARGET else 'NOT met'})"
+              if name == "multi" else ""))
+    if not ctx.quick:
+        full = merge_loop(ctx, s, english_source.name, english_source)
+        s.info.update(full_english_merge_loop_seconds=full.seconds)
+        s.note(f"merge loop on all of {english_source.name} ({full.mb:,.0f} MB, {full.extra['unique_pretokens']:,} distinct "
+               f"pretokens): {full.seconds:.2f} s; {text.name} / it = x{own.seconds / full.seconds:.2f}")
+    s.note(f"CLI train wall {train.wall_s:.2f} s vs train_from_store {own.seconds:.2f} s in-process")
+    return s
+
+
+def section_multi(ctx: Context) -> Section:
+    return section_peers(ctx, "multi", "multi_25M.txt")
+
+
+def section_code(ctx: Context) -> Section:
+    return section_peers(ctx, "code", "code_25M.txt")
+
+
 RUNNERS = {
     "train-small": section_train_small,
     "count": section_count,
     "train-large": section_train_large,
     "encode": section_encode,
+    "corpus-gen": section_corpus_gen,
+    "out-of-core": section_out_of_core,
+    "multi": section_multi,
+    "code": section_code,
 }
 
 
@@ -511,7 +889,7 @@ def fmt(value, spec: str, empty: str = "-") -> str:
 
 
 def table(sections: Dict[str, dict]) -> str:
-    head = ("tool", "phase", "how", "MB", "seconds", "MB/s", "cores", "others", "peak RSS MB", "time/bpe")
+    head = ("tool", "phase", "how", "MB", "seconds", "MB/s", "cores", "others", "peak RSS MB", "anon MB", "time/bpe")
     lines = []
     for name, sec in sections.items():
         if "rows" not in sec:
@@ -531,11 +909,12 @@ def table(sections: Dict[str, dict]) -> str:
                 fmt(r["cores"], ".2f"),
                 fmt(r["others"], ".2f"),
                 fmt(r["peak_rss_mb"], ",.0f"),
+                fmt(r.get("peak_anon_mb"), ",.0f"),
                 fmt(r["ratio"], ".2f"),
             ])
     cells = [line for line in lines if not line[0].startswith("[")]
     widths = [max([len(head[i])] + [len(line[i]) for line in cells]) for i in range(len(head))]
-    right = {3, 4, 5, 6, 7, 8, 9}
+    right = {3, 4, 5, 6, 7, 8, 9, 10}
 
     def render(row):
         return "  ".join(row[i].rjust(w) if i in right else row[i].ljust(w) for i, w in enumerate(widths))
@@ -590,6 +969,8 @@ def parse_args(argv=None):
     p.add_argument("--only", action="append", default=[], metavar="NAME",
                    help=f"run only these sections (repeatable or comma-separated): {', '.join(SECTIONS)}")
     p.add_argument("--quick", action="store_true", help="smaller inputs; skips train-large unless named with --only")
+    p.add_argument("--big-count", default=None, metavar="SIZE",
+                   help="out-of-core: size of the generated input of 'count --max-memory 512M' (default 5G; 200M with --quick)")
     p.add_argument("--repeat", type=int, default=1, help="run each measurement N times and keep the fastest (default 1)")
     p.add_argument("--results", default=str(RESULTS), help="where the JSON and PNGs go (default benchmarks/results)")
     p.add_argument("--tmp", default=None, help="directory for the temporary stores and files (default: the system's)")
@@ -599,8 +980,13 @@ def parse_args(argv=None):
     unknown = [n for n in chosen if n not in SECTIONS]
     if unknown:
         p.error(f"unknown section {unknown[0]!r}; choose from {', '.join(SECTIONS)}")
-    args.sections = [n for n in SECTIONS if n in chosen] if chosen else list(QUICK_DEFAULT if args.quick else SECTIONS)
+    args.sections = [n for n in SECTIONS if n in chosen] if chosen else list(QUICK_DEFAULT if args.quick else FULL_DEFAULT)
     args.skipped = [] if chosen else [n for n in SECTIONS if n not in args.sections]
+    if args.big_count:
+        try:
+            parse_size(args.big_count)
+        except ValueError as exc:
+            p.error(str(exc))
     return args
 
 
@@ -629,7 +1015,7 @@ def main(argv=None) -> int:
     try:
         for name in SECTIONS:
             if name in args.skipped:
-                report["sections"][name] = {"skipped": "skipped with --quick (run it with --only train-large)"}
+                report["sections"][name] = {"skipped": SKIP_REASONS.get(name, "not chosen")}
                 continue
             if name not in args.sections:
                 continue
@@ -659,7 +1045,8 @@ def main(argv=None) -> int:
             print(f"[{name}] {note}")
     plots = [sec["plot"] for sec in report["sections"].values() if sec.get("plot")]
     print("\ntime/bpe = seconds / the section's baseline (*) seconds; cores = the run's CPU s / wall s; "
-          "others = cores the rest of the machine kept busy meanwhile (noise); peak RSS = whole process tree.")
+          "others = cores the rest of the machine kept busy meanwhile (noise); peak RSS = whole process tree; "
+          "anon = peak of its RssAnon (mapped files such as LMDB excluded).")
     print(f"results: {os.path.relpath(out, Path.cwd())}" + (f"; plots: {', '.join(plots)}" if plots else ""))
     print(f"total {report['total_seconds']:.0f} s")
     return 1 if failed else 0
