@@ -310,23 +310,7 @@ class Store:
 
     def ensure_settings(self, settings: dict) -> dict:
         """Records ``settings`` in a new store, or checks they equal the recorded ones."""
-
-        def txn_fn(txn):
-            raw = txn.get(b"info", db=self.db["meta"])
-            if raw is None:
-                info = {"magic": MAGIC, "format": FORMAT_VERSION, "settings": settings, "totals": dict(_ZERO_TOTALS)}
-                txn.put(b"info", pack(info), db=self.db["meta"])
-                return settings
-            recorded = unpack(raw)["settings"]
-            for key in sorted(set(recorded) | set(settings)):
-                if recorded.get(key) != settings.get(key):
-                    raise StoreError(
-                        f"the store at {self.path} was counted with {key}={recorded.get(key)!r}, not "
-                        f"{settings.get(key)!r}; use the same settings or another --store"
-                    )
-            return recorded
-
-        return self.write(txn_fn)
+        return self.write(lambda txn: self.settings_in(txn, settings))
 
     # -- counts --------------------------------------------------------------------
     def add_counts(self, txn, counts) -> Tuple[int, int]:
