@@ -279,7 +279,8 @@ def test_train_kill9_then_resume_gives_the_uninterrupted_tokenizer(tmp_path, tra
         assert out.read_bytes() == b"the previous tokenizer file\n", "a killed train touched its output"
         snap = H.snapshot(store)
         saved = [tuple(m[:2]) for m in snap["checkpoint"]["merges"]]
-        assert target <= len(saved) < n_merges
+        # (a kill may land after the last checkpoint, before the tokenizer is written)
+        assert target <= len(saved) <= n_merges
         assert saved == [m[:2] for m in ref_tok.merges[:len(saved)]], "the checkpoint is not a prefix of the run"
         assert all(type(m[2]) is int for m in snap["checkpoint"]["merges"])
         res = ok(H.run(Cmd(*cmd.args, "--resume"), tmp_path))
