@@ -328,7 +328,7 @@ def info(tokenizer: str = TokOpt, as_json: bool = typer.Option(False, "--json", 
 @app.command()
 def stats(
     store: Optional[str] = StoreOpt,
-    top: int = typer.Option(10, "--top", help="How many of the most frequent pretokens to list."),
+    top: int = typer.Option(10, "--top", min=0, help="How many of the most frequent pretokens to list."),
     as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
 ):
     """What the store holds: totals, the most frequent pretokens, size on disk, training memory."""
@@ -348,7 +348,7 @@ def stats(
                     symbols += len(word)
                     if len(best) < top:
                         heapq.heappush(best, (n, word))
-                    elif n > best[0][0]:
+                    elif top and n > best[0][0]:
                         heapq.heapreplace(best, (n, word))
                 sources = sum(1 for _ in st.iter_sources(txn))
             data = {

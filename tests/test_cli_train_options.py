@@ -159,3 +159,10 @@ def test_eval_table_and_round_trip(cli, counted, tmp_path):
     assert rows[1]["words"] == len(held.read_bytes().split())
     res = cli("eval", "-t", tmp_path / "tok.json", held, "--merges", "0,9999")
     assert res.exit_code == 1 and res.stderr.startswith("Error: --merges 9999")
+
+
+def test_stats_top_zero_and_json(cli, counted):
+    data = json.loads(ok(cli("stats", "--store", counted, "--top", "0", "--json")).stdout)
+    assert data["top"] == [] and data["unique_pretokens"] == 4763 and data["bytes"] == 133027
+    data = json.loads(ok(cli("stats", "--store", counted, "--top", "2", "--json")).stdout)
+    assert [row["pretoken"] for row in data["top"]] == [" ,", " the"]
