@@ -21,7 +21,7 @@ from __future__ import annotations
 import hashlib
 import os
 from contextlib import contextmanager
-from typing import Dict, Iterator, Optional, Tuple
+from typing import Iterator, Optional, Tuple
 
 import lmdb
 import msgpack
@@ -393,9 +393,6 @@ class Store:
                 return self.get_train(key, t)
         raw = txn.get(key, db=self.db["train"])
         return unpack(raw) if raw is not None else None
-
-    def put_train(self, key: bytes, value) -> None:
-        self.write(lambda txn: txn.put(key, pack(value), db=self.db["train"]))
 
     def disk_bytes(self) -> int:
         total = 0

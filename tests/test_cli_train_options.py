@@ -7,7 +7,6 @@ rules digest of info; eval's table and its prefix figures against a hand computa
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
@@ -166,3 +165,13 @@ def test_stats_top_zero_and_json(cli, counted):
     assert data["top"] == [] and data["unique_pretokens"] == 4763 and data["bytes"] == 133027
     data = json.loads(ok(cli("stats", "--store", counted, "--top", "2", "--json")).stdout)
     assert [row["pretoken"] for row in data["top"]] == [" ,", " the"]
+
+
+def test_options_that_do_not_go_together_are_one_error(cli, counted, tmp_path):
+    res = cli("count", "--store", counted, "--scheduler", "tcp://127.0.0.1:1", CS336 / "german.txt")
+    assert res.exit_code == 1 and res.stderr == "Error: --scheduler goes with --engine dask\n"
+    res = cli("count", "--store", counted, "--engine", "spark", CS336 / "german.txt")
+    assert res.exit_code == 1 and res.stderr.startswith("Error: unknown engine 'spark'")
+    res = cli("train", "--store", counted, "--vocab-size", 300, "--path", "ram", "-o", tmp_path / "t.json")
+    assert res.exit_code == 1 and res.stderr.startswith("Error: unknown training path 'ram'")
+    assert not (tmp_path / "t.json").exists()
