@@ -42,10 +42,13 @@ class Source:
     key: bytes  # identity in the store: the real path of a file, b"-" for stdin
     size: int = 0
     mtime_ns: int = 0
+    stream: bool = False  # a pipe or device named by path: /dev/stdin, <(zcat f.gz)
 
     @property
     def is_stdin(self) -> bool:
-        return self.name == STDIN
+        """Stdin, or a pipe or device given by path: read once, front to back, never
+        split into ranges, skipped or resumed."""
+        return self.name == STDIN or self.stream
 
     @classmethod
     def from_arg(cls, arg: str) -> "Source":
@@ -61,6 +64,8 @@ class Source:
             raise InputError(f"{arg} is a directory; pass the files inside it (e.g. {arg}/*.txt)")
         if not os.access(arg, os.R_OK):
             raise InputError(f"{arg}: permission denied; make it readable or leave it out")
+        if not stat.S_ISREG(st.st_mode):
+            return cls(arg, b"-", stream=True)
         return cls(arg, os.fsencode(os.path.realpath(arg)), st.st_size, st.st_mtime_ns)
 
     def identity(self) -> dict:
@@ -73,11 +78,11 @@ class Source:
         try:
             yield stream
         finally:
-            if not self.is_stdin:
+            if self.name != STDIN:
                 stream.close()
 
     def open(self, offset: int = 0) -> BinaryIO:
-        if self.is_stdin:
+        if self.name == STDIN:
             return sys.stdin.buffer
         try:
             f = open(self.name, "rb")

@@ -4,6 +4,7 @@ bytes on stdout or the exit status a shell sees matter, through the real entry p
 from __future__ import annotations
 
 import json
+import os
 import re
 from array import array
 from collections import Counter
@@ -376,3 +377,39 @@ def test_long_pretokens_train_like_the_oracle(cli, tmp_path):
     tok = Tokenizer.load(out)
     assert [(a, b) for a, b, _ in tok.merges] == oracle.merges
     assert stats(cli, store)["unique_pretokens"] == len(counts)
+
+
+def test_count_and_encode_read_a_named_pipe_like_stdin(bpe, tmp_path, cs336):
+    """A pipe given by path (``<(zcat f.gz)``, ``/dev/stdin``) is read once, front to back:
+    the counts equal those of the same bytes as a file, and it is never skipped as counted."""
+    import threading
+
+    data = (cs336 / "corpus.en").read_bytes()[:20000] + "\xff 中文 end".encode("utf-8", "surrogateescape")
+    (tmp_path / "doc.txt").write_bytes(data)
+
+    def through_fifo(*args):
+        fifo = tmp_path / "fifo"
+        if fifo.exists():
+            fifo.unlink()
+        os.mkfifo(fifo)
+        writer = threading.Thread(target=lambda: fifo.write_bytes(data))
+        writer.start()
+        try:
+            return bpe(*args, fifo)
+        finally:
+            writer.join(timeout=60)
+
+    for _ in range(2):  # counted both times: a pipe has no identity to skip it by
+        res = through_fifo("count", "--store", "piped", "--workers", "2")
+        assert res.returncode == 0, res.stderr
+        assert b"skipped" not in res.stderr
+    assert bpe("count", "--store", "filed", "doc.txt").returncode == 0
+    assert bpe("count", "--store", "filed", "--recount", "doc.txt").returncode == 0
+    for store in ("piped", "filed"):
+        assert bpe("train", "--store", store, "--num-merges", "40", "-o", f"{store}.json").returncode == 0
+    assert (tmp_path / "piped.json").read_bytes() == (tmp_path / "filed.json").read_bytes()
+    piped_stats = json.loads(bpe("stats", "--store", "piped", "--json").stdout)
+    assert piped_stats["bytes"] == 2 * len(data)
+    encoded = through_fifo("encode", "-t", "filed.json")
+    assert encoded.returncode == 0, encoded.stderr
+    assert encoded.stdout == bpe("encode", "-t", "filed.json", "doc.txt").stdout
