@@ -60,18 +60,28 @@ typedef struct {
     uint32_t len;
 } Token;
 
+/* A position: its symbol, its neighbours' positions, and its word's frequency when that
+ * fits in 31 bits (nearly always), else BIG_FREQ | word id -- so a visit needs no second
+ * random load from the frequency array. */
 typedef struct {
-    uint32_t sym, prev, next, wid; /* one cache line holds a position and its neighbours */
+    uint32_t sym, prev, next, wfreq;
 } Node;
+#define BIG_FREQ 0x80000000u
+/* How many occurrences ahead a merge prefetches positions: each visit is a random load
+ * from a table far larger than the cache, and overlapping those loads is what makes the
+ * loop fast on long words (measured on multi_25M: 8-16 hide most of the latency). */
+#define PREFETCH_AHEAD 12
 
 /* The neighbours seen in one merge, on one side: for each symbol s next to an occurrence,
- * the records of the pair that loses (s, a) or (b, s) and of the pair that gains (s, z)
- * or (z, s), with the count changes summed.  Counts are applied once per neighbour at the
- * end of the merge instead of once per occurrence: frequent pairs have few distinct
- * neighbours, so the pair table is touched far less. */
+ * the count change of the pair that loses (s, a) or (b, s) -- the pair that gains (s, z) or
+ * (z, s) changes by the opposite -- and how many positions the gaining pair receives.
+ * Counts are applied once per neighbour at the end of the merge instead of once per
+ * occurrence, and the pair records are resolved there too, in one pass with prefetching:
+ * on long words most neighbours are new pairs, and each lookup is a cache miss. */
 typedef struct {
-    uint32_t key, r_old, r_new;
-    int64_t d_old, d_new;
+    uint32_t key, r_old, r_new, n_pos;
+    uint32_t at; /* where its positions go in the gaining pair's list */
+    int64_t delta; /* of the gaining pair */
 } SideEntry;
 
 typedef struct {
@@ -81,6 +91,12 @@ typedef struct {
     uint32_t n, cap;
 } Side;
 
+/* A position the gaining pair of a side entry receives: entry index, high bit = right side. */
+typedef struct {
+    uint32_t entry, pos;
+} Pending;
+#define RIGHT_SIDE 0x80000000u
+
 typedef struct {
     /* positions */
     Node *nodes;
@@ -89,16 +105,21 @@ typedef struct {
     /* pairs */
     PairRec *recs;
     uint32_t n_recs, cap_recs;
-    uint32_t *table; /* open addressing: record index or NONE */
+    uint64_t *table; /* open addressing, see pair_get */
     uint64_t table_mask;
-    /* heap */
+    /* heap, and the cold pairs kept out of it (see offer) */
     HeapEntry *heap;
     uint64_t heap_len, heap_cap;
+    uint32_t *cold;
+    uint64_t n_cold, cap_cold;
+    int64_t cold_below;
     /* tokens */
     Token *tokens;
     uint32_t n_tokens, cap_tokens;
     int tie_break;
     Side left, right;
+    Pending *pend;
+    uint64_t n_pend, cap_pend;
 } State;
 
 static int poslist_push(PosList *l, uint32_t v) {
@@ -122,15 +143,30 @@ static inline uint64_t hash64(uint64_t x) {
     return x;
 }
 
+/* Pair table slots hold a record index (low 32 bits) and the top half of the key's hash
+ * (high 32 bits): a probe compares hashes before it loads a record, so looking up a pair
+ * that does not exist yet (every pair with a new token) touches no record at all. */
+#define SLOT_EMPTY 0xFFFFFFFFFFFFFFFFull
+
+static int table_init(State *s) {
+    s->table = (uint64_t *)malloc(1024 * sizeof(uint64_t));
+    if (!s->table) return -1;
+    memset(s->table, 0xFF, 1024 * sizeof(uint64_t));
+    s->table_mask = 1023;
+    return 0;
+}
+
 static int table_grow(State *s) {
     uint64_t new_size = (s->table_mask + 1) * 2;
-    uint32_t *t = (uint32_t *)malloc(new_size * sizeof(uint32_t));
+    uint64_t *t = (uint64_t *)malloc(new_size * sizeof(uint64_t));
     if (!t) return -1;
-    memset(t, 0xFF, new_size * sizeof(uint32_t));
-    for (uint32_t r = 0; r < s->n_recs; r++) {
-        uint64_t h = hash64(s->recs[r].key) & (new_size - 1);
-        while (t[h] != NONE) h = (h + 1) & (new_size - 1);
-        t[h] = r;
+    memset(t, 0xFF, new_size * sizeof(uint64_t));
+    for (uint64_t old = 0; old <= s->table_mask; old++) {
+        uint64_t slot = s->table[old];
+        if (slot == SLOT_EMPTY) continue;
+        uint64_t h = hash64(s->recs[(uint32_t)slot].key) & (new_size - 1);
+        while (t[h] != SLOT_EMPTY) h = (h + 1) & (new_size - 1);
+        t[h] = slot;
     }
     free(s->table);
     s->table = t;
@@ -140,18 +176,19 @@ static int table_grow(State *s) {
 
 /* The record of pair `key`, created with count 0 when `create`; NONE when absent or on error. */
 static uint32_t pair_get(State *s, uint64_t key, int create) {
-    uint64_t h = hash64(key) & s->table_mask;
+    uint64_t hv = hash64(key), tag = hv & 0xFFFFFFFF00000000ull;
+    uint64_t h = hv & s->table_mask;
     for (;;) {
-        uint32_t r = s->table[h];
-        if (r == NONE) break;
-        if (s->recs[r].key == key) return r;
+        uint64_t slot = s->table[h];
+        if (slot == SLOT_EMPTY) break;
+        if ((slot & 0xFFFFFFFF00000000ull) == tag && s->recs[(uint32_t)slot].key == key) return (uint32_t)slot;
         h = (h + 1) & s->table_mask;
     }
     if (!create) return NONE;
     if ((uint64_t)(s->n_recs + 1) * 2 > s->table_mask + 1) {
         if (table_grow(s) < 0) return NONE;
-        h = hash64(key) & s->table_mask;
-        while (s->table[h] != NONE) h = (h + 1) & s->table_mask;
+        h = hv & s->table_mask;
+        while (s->table[h] != SLOT_EMPTY) h = (h + 1) & s->table_mask;
     }
     if (s->n_recs == s->cap_recs) {
         uint32_t cap = s->cap_recs ? s->cap_recs * 2 : 1024;
@@ -166,7 +203,7 @@ static uint32_t pair_get(State *s, uint64_t key, int create) {
     s->recs[r].occ.data = NULL;
     s->recs[r].occ.len = s->recs[r].occ.cap = 0;
     s->recs[r].pushed_at = 0;
-    s->table[h] = r;
+    s->table[h] = tag | r;
     return r;
 }
 
@@ -238,6 +275,77 @@ static void heap_pop(State *s) {
     if (s->heap_len) sift_down(s, 0);
 }
 
+/* Most pairs are rare (counts of a few units) and will never be merged, yet each would be
+ * a heap entry that every pop sifts past.  A pair whose count is below `cold_below` is kept
+ * in a plain list instead.  This is exact because a pair's count only rises in the merge
+ * that creates its newer token, where it is offered with its final count: a cold pair stays
+ * below the threshold.  So while the heap's best count is at least `cold_below` it beats
+ * every cold pair; when it falls below (or the heap empties), thaw() lowers the threshold
+ * and moves the cold pairs that reach it into the heap. */
+static int offer(State *s, int64_t count, uint32_t rec) {
+    if (count >= s->cold_below) return heap_push(s, count, rec);
+    if (s->n_cold == s->cap_cold) {
+        uint64_t cap = s->cap_cold ? s->cap_cold * 2 : 1024;
+        uint32_t *d = (uint32_t *)realloc(s->cold, cap * sizeof(uint32_t));
+        if (!d) return -1;
+        s->cold = d;
+        s->cap_cold = cap;
+    }
+    s->cold[s->n_cold++] = rec;
+    return 0;
+}
+
+/* The first threshold, from the best count before any merge: pairs under 1/65536 of it
+ * are rarely merged by any usual vocabulary size, and a thaw is cheap when they are. */
+static void set_cold_threshold(State *s) {
+    int64_t best = 0;
+    for (uint32_t r = 0; r < s->n_recs; r++)
+        if (s->recs[r].count > best) best = s->recs[r].count;
+    s->cold_below = best >> 16;
+    if (s->cold_below < 2) s->cold_below = 0;
+}
+
+static int thaw(State *s) {
+    s->cold_below /= 4;
+    if (s->cold_below < 2) s->cold_below = 0;
+    uint64_t kept = 0;
+    for (uint64_t k = 0; k < s->n_cold; k++) {
+        uint32_t r = s->cold[k];
+        int64_t c = s->recs[r].count;
+        if (c <= 0) continue;
+        if (c < s->cold_below) s->cold[kept++] = r;
+        else if (heap_push(s, c, r) < 0) return -1;
+    }
+    s->n_cold = kept;
+    if (!kept) { free(s->cold); s->cold = NULL; s->cap_cold = 0; }
+    return 0;
+}
+
+/* Pops the best pair whose count is at least max(min_count, 1): 1 and its record and
+ * count, 0 when there is none, -1 when out of memory.  Lazy invalidation: an entry whose
+ * count is stale (counts only fall) is offered again with the current count. */
+static int pop_best(State *s, int64_t min_count, uint32_t *rec, int64_t *count) {
+    for (;;) {
+        if (s->n_cold && (!s->heap_len || s->heap[0].count < s->cold_below)) {
+            if (thaw(s) < 0) return -1;
+            continue;
+        }
+        if (!s->heap_len) return 0;
+        HeapEntry top = s->heap[0];
+        int64_t current = s->recs[top.rec].count;
+        if (current != top.count) {
+            heap_pop(s);
+            if (current > 0 && offer(s, current, top.rec) < 0) return -1;
+            continue;
+        }
+        if (current < min_count || current <= 0) return 0;
+        heap_pop(s);
+        *rec = top.rec;
+        *count = current;
+        return 1;
+    }
+}
+
 static int add_token(State *s, const uint8_t *data, uint32_t len) {
     if (s->n_tokens == s->cap_tokens) {
         uint32_t cap = s->cap_tokens ? s->cap_tokens * 2 : 1024;
@@ -263,10 +371,10 @@ static int cmp_u32(const void *a, const void *b) {
 static void state_free(State *s) {
     free(s->nodes); free(s->freq);
     free(s->left.slot_entry); free(s->left.slot_gen); free(s->left.entries);
-    free(s->right.slot_entry); free(s->right.slot_gen); free(s->right.entries);
+    free(s->right.slot_entry); free(s->right.slot_gen); free(s->right.entries); free(s->pend);
     if (s->recs)
         for (uint32_t r = 0; r < s->n_recs; r++) free(s->recs[r].occ.data);
-    free(s->recs); free(s->table); free(s->heap);
+    free(s->recs); free(s->table); free(s->heap); free(s->cold);
     if (s->tokens)
         for (uint32_t t = 0; t < s->n_tokens; t++) free(s->tokens[t].data);
     free(s->tokens);
@@ -342,37 +450,94 @@ static int side_grow(Side *sd) {
     return 0;
 }
 
-/* The entry of neighbour `key`; a new one resolves its two pair records. */
-static SideEntry *side_get(State *s, Side *sd, uint32_t key, uint64_t old_pair, uint64_t new_pair) {
+/* The index of neighbour `key`'s entry (created empty), or NONE when out of memory. */
+static uint32_t side_entry(Side *sd, uint32_t key) {
     uint32_t h = (uint32_t)hash64(key) & sd->mask;
     while (sd->slot_gen[h] == sd->gen) {
-        SideEntry *e = &sd->entries[sd->slot_entry[h]];
-        if (e->key == key) return e;
+        uint32_t e = sd->slot_entry[h];
+        if (sd->entries[e].key == key) return e;
         h = (h + 1) & sd->mask;
     }
     if ((sd->n + 1) * 2 > sd->mask + 1) {
-        if (side_grow(sd) < 0) return NULL;
+        if (side_grow(sd) < 0) return NONE;
         h = (uint32_t)hash64(key) & sd->mask;
         while (sd->slot_gen[h] == sd->gen) h = (h + 1) & sd->mask;
     }
     if (sd->n == sd->cap) {
         uint32_t cap = sd->cap ? sd->cap * 2 : 256;
         SideEntry *d = (SideEntry *)realloc(sd->entries, (size_t)cap * sizeof(SideEntry));
-        if (!d) return NULL;
+        if (!d) return NONE;
         sd->entries = d;
         sd->cap = cap;
     }
-    uint32_t r_old = pair_get(s, old_pair, 1);
-    uint32_t r_new = pair_get(s, new_pair, 1);
-    if (r_old == NONE || r_new == NONE) return NULL;
     SideEntry *e = &sd->entries[sd->n];
     e->key = key;
-    e->r_old = r_old;
-    e->r_new = r_new;
-    e->d_old = e->d_new = 0;
+    e->r_old = e->r_new = NONE;
+    e->n_pos = 0;
+    e->delta = 0;
     sd->slot_gen[h] = sd->gen;
-    sd->slot_entry[h] = sd->n++;
-    return e;
+    sd->slot_entry[h] = sd->n;
+    return sd->n++;
+}
+
+static int pend_push(State *s, uint32_t entry, uint32_t pos) {
+    if (s->n_pend == s->cap_pend) {
+        uint64_t cap = s->cap_pend ? s->cap_pend * 2 : 4096;
+        Pending *d = (Pending *)realloc(s->pend, cap * sizeof(Pending));
+        if (!d) return -1;
+        s->pend = d;
+        s->cap_pend = cap;
+    }
+    s->pend[s->n_pend].entry = entry;
+    s->pend[s->n_pend].pos = pos;
+    s->n_pend++;
+    return 0;
+}
+
+static inline uint64_t side_pair(uint32_t sym, uint32_t other, int right) {
+    return right ? ((uint64_t)other << 32) | sym : ((uint64_t)sym << 32) | other;
+}
+
+/* Resolves the pair records of every side entry (prefetching the table slots a few
+ * entries ahead), reserves room in the gaining pairs' position lists, then appends the
+ * pending positions and applies the count changes. */
+static int resolve_sides(State *s, uint32_t a, uint32_t b, uint32_t z) {
+    Side *sides[2] = {&s->left, &s->right};
+    for (int side = 0; side < 2; side++) {
+        Side *sd = sides[side];
+        uint32_t lost = side ? b : a; /* (s, a) on the left, (b, s) on the right */
+        for (uint32_t e = 0; e < sd->n; e++) {
+            if (e + 8 < sd->n) {
+                uint32_t k = sd->entries[e + 8].key;
+                __builtin_prefetch(&s->table[hash64(side_pair(k, lost, side)) & s->table_mask], 0, 1);
+                __builtin_prefetch(&s->table[hash64(side_pair(k, z, side)) & s->table_mask], 0, 1);
+            }
+            SideEntry *en = &sd->entries[e];
+            en->r_old = pair_get(s, side_pair(en->key, lost, side), 1);
+            en->r_new = pair_get(s, side_pair(en->key, z, side), 1);
+            if (en->r_old == NONE || en->r_new == NONE) return -1;
+            /* Exact room: a pair with z gains positions only in this merge.  (One record can
+             * be the gaining pair of two entries, (z, z) on both sides, hence len += n_pos.) */
+            PosList *l = &s->recs[en->r_new].occ;
+            uint64_t need = (uint64_t)l->len + en->n_pos;
+            if (need >= NONE) return -1;
+            if (need > l->cap) {
+                uint32_t *d = (uint32_t *)realloc(l->data, need * sizeof(uint32_t));
+                if (!d) return -1;
+                l->data = d;
+                l->cap = (uint32_t)need;
+            }
+            en->at = l->len;
+            l->len = (uint32_t)need;
+        }
+    }
+    for (uint64_t k = 0; k < s->n_pend; k++) {
+        Pending p = s->pend[k];
+        SideEntry *en = (p.entry & RIGHT_SIDE) ? &s->right.entries[p.entry & ~RIGHT_SIDE] : &s->left.entries[p.entry];
+        s->recs[en->r_new].occ.data[en->at++] = p.pos;
+    }
+    s->n_pend = 0;
+    return 0;
 }
 
 /* Applies the merge of record `r` = (a, b) as token z; returns 0 or -1 (no memory).
@@ -391,28 +556,26 @@ static int apply_merge(State *s, uint32_t r, uint32_t z, uint32_t **born, uint32
     Node *nd = s->nodes;
     dbg_visits += occ.len;
     for (uint32_t k = 0; k < occ.len; k++) {
+        if (k + PREFETCH_AHEAD < occ.len) __builtin_prefetch(&nd[occ.data[k + PREFETCH_AHEAD]], 1, 1);
         uint32_t i = occ.data[k];
         if (nd[i].sym != a) continue; /* stale, or a duplicate already merged (z != a) */
         uint32_t j = nd[i].next;
         if (j == NONE || nd[j].sym != b) continue;
         dbg_valid++;
-        int64_t f = s->freq[nd[i].wid];
+        uint32_t wf = nd[i].wfreq;
+        int64_t f = (wf & BIG_FREQ) ? s->freq[wf & ~BIG_FREQ] : (int64_t)wf;
         uint32_t x = nd[i].prev, y = nd[j].next;
         if (x != NONE) {
-            uint32_t sx = nd[x].sym;
-            SideEntry *e = side_get(s, &s->left, sx, ((uint64_t)sx << 32) | a, ((uint64_t)sx << 32) | z);
-            if (!e) goto fail;
-            e->d_old -= f;
-            e->d_new += f;
-            if (poslist_push(&s->recs[e->r_new].occ, x) < 0) goto fail;
+            uint32_t e = side_entry(&s->left, nd[x].sym);
+            if (e == NONE || pend_push(s, e, x) < 0) goto fail;
+            s->left.entries[e].delta += f;
+            s->left.entries[e].n_pos++;
         }
         if (y != NONE) {
-            uint32_t sy = nd[y].sym;
-            SideEntry *e = side_get(s, &s->right, sy, ((uint64_t)b << 32) | sy, ((uint64_t)z << 32) | sy);
-            if (!e) goto fail;
-            e->d_old -= f;
-            e->d_new += f;
-            if (poslist_push(&s->recs[e->r_new].occ, i) < 0) goto fail;
+            uint32_t e = side_entry(&s->right, nd[y].sym);
+            if (e == NONE || pend_push(s, e | RIGHT_SIDE, i) < 0) goto fail;
+            s->right.entries[e].delta += f;
+            s->right.entries[e].n_pos++;
         }
         nd[i].sym = z;
         nd[j].sym = DEAD;
@@ -420,6 +583,8 @@ static int apply_merge(State *s, uint32_t r, uint32_t z, uint32_t **born, uint32
         if (y != NONE) nd[y].prev = i;
     }
     free(occ.data);
+    occ.data = NULL;
+    if (resolve_sides(s, a, b, z) < 0) goto fail;
     uint64_t need = (uint64_t)s->left.n + s->right.n + 1;
     if (need > *cap_born) {
         uint32_t *t = (uint32_t *)realloc(*born, need * sizeof(uint32_t));
@@ -432,15 +597,16 @@ static int apply_merge(State *s, uint32_t r, uint32_t z, uint32_t **born, uint32
     for (int side = 0; side < 2; side++) {
         for (uint32_t e = 0; e < sides[side]->n; e++) {
             SideEntry *en = &sides[side]->entries[e];
-            s->recs[en->r_old].count += en->d_old;
-            s->recs[en->r_new].count += en->d_new;
-            if (en->d_new) (*born)[(*n_born)++] = en->r_new;
+            s->recs[en->r_old].count -= en->delta;
+            s->recs[en->r_new].count += en->delta;
+            if (en->delta) (*born)[(*n_born)++] = en->r_new;
         }
     }
     s->recs[r].count = 0;
     return 0;
 fail:
     free(occ.data);
+    s->n_pend = 0;
     return -1;
 }
 
@@ -476,7 +642,7 @@ static PyObject *train(PyObject *self, PyObject *args) {
         PyErr_SetString(PyExc_ValueError, "symbols, word_ends and freqs disagree");
         goto done;
     }
-    if (n_pos >= NONE) {
+    if (n_pos >= NONE || n_words >= BIG_FREQ) {
         PyErr_SetString(PyExc_OverflowError, "too many symbols for the in-memory trainer");
         goto done;
     }
@@ -484,10 +650,7 @@ static PyObject *train(PyObject *self, PyObject *args) {
     s.n_pos = n_pos;
     s.nodes = (Node *)malloc((size_t)(n_pos ? n_pos : 1) * sizeof(Node));
     s.freq = (int64_t *)malloc((n_words ? n_words : 1) * sizeof(int64_t));
-    s.table = (uint32_t *)malloc(1024 * sizeof(uint32_t));
-    if (!s.nodes || !s.freq || !s.table) { PyErr_NoMemory(); goto done; }
-    memset(s.table, 0xFF, 1024 * sizeof(uint32_t));
-    s.table_mask = 1023;
+    if (!s.nodes || !s.freq || table_init(&s) < 0) { PyErr_NoMemory(); goto done; }
     Py_ssize_t n_tok = PyList_GET_SIZE(tokens);
     for (Py_ssize_t t = 0; t < n_tok; t++) {
         PyObject *item = PyList_GET_ITEM(tokens, t);
@@ -509,7 +672,7 @@ static PyObject *train(PyObject *self, PyObject *args) {
         for (uint64_t i = start; i < end; i++) {
             if (in_sym[i] >= s.n_tokens) { PyErr_SetString(PyExc_ValueError, "symbol id without a token"); goto done; }
             s.nodes[i].sym = in_sym[i];
-            s.nodes[i].wid = (uint32_t)w;
+            s.nodes[i].wfreq = s.freq[w] >= 0 && s.freq[w] < (int64_t)BIG_FREQ ? (uint32_t)s.freq[w] : BIG_FREQ | (uint32_t)w;
             s.nodes[i].prev = i > start ? (uint32_t)(i - 1) : NONE;
             s.nodes[i].next = i + 1 < end ? (uint32_t)(i + 1) : NONE;
             if (i + 1 < end && s.freq[w] > 0) {
@@ -529,8 +692,9 @@ static PyObject *train(PyObject *self, PyObject *args) {
     }
     free(small);
     small = NULL;
+    set_cold_threshold(&s);
     for (uint32_t r = 0; r < s.n_recs; r++)
-        if (s.recs[r].count > 0 && heap_push(&s, s.recs[r].count, r) < 0) { PyErr_NoMemory(); goto done; }
+        if (s.recs[r].count > 0 && offer(&s, s.recs[r].count, r) < 0) { PyErr_NoMemory(); goto done; }
 
     chunk = PyList_New(0);
     if (!chunk) goto done;
@@ -550,18 +714,9 @@ static PyObject *train(PyObject *self, PyObject *args) {
             if (r == NONE) { PyErr_NoMemory(); goto done; }
             count = s.recs[r].count;
         } else {
-            if (!s.heap_len) break;
-            HeapEntry top = s.heap[0];
-            int64_t current = s.recs[top.rec].count;
-            if (current != top.count) {
-                heap_pop(&s);
-                if (current > 0 && heap_push(&s, current, top.rec) < 0) { PyErr_NoMemory(); goto done; }
-                continue;
-            }
-            if (current < min_count || current <= 0) break;
-            heap_pop(&s);
-            r = top.rec;
-            count = current;
+            int got = pop_best(&s, min_count, &r, &count);
+            if (got < 0) { PyErr_NoMemory(); goto done; }
+            if (!got) break;
         }
         uint64_t key = s.recs[r].key;
         uint32_t a = (uint32_t)(key >> 32), b = (uint32_t)(key & 0xFFFFFFFFu);
@@ -582,7 +737,7 @@ static PyObject *train(PyObject *self, PyObject *args) {
             uint32_t t = touched[k];
             if (s.recs[t].count > 0 && s.recs[t].pushed_at != (uint64_t)done_merges + 1) {
                 s.recs[t].pushed_at = (uint64_t)done_merges + 1;
-                if (heap_push(&s, s.recs[t].count, t) < 0) { PyErr_NoMemory(); goto done; }
+                if (offer(&s, s.recs[t].count, t) < 0) { PyErr_NoMemory(); goto done; }
             }
         }
         PyObject *m = Py_BuildValue("(IIL)", a, b, (long long)count);
@@ -658,10 +813,7 @@ static int PairIndex_init(PairIndexObject *self, PyObject *args, PyObject *kwds)
     free(self->born);
     self->born = NULL;
     self->n_born = self->cap_born = 0;
-    self->s.table = (uint32_t *)malloc(1024 * sizeof(uint32_t));
-    if (!self->s.table) { PyErr_NoMemory(); return -1; }
-    memset(self->s.table, 0xFF, 1024 * sizeof(uint32_t));
-    self->s.table_mask = 1023;
+    if (table_init(&self->s) < 0) { PyErr_NoMemory(); return -1; }
     for (Py_ssize_t t = 0; t < PyList_GET_SIZE(tokens); t++) {
         PyObject *item = PyList_GET_ITEM(tokens, t);
         if (!PyBytes_Check(item)) { PyErr_SetString(PyExc_TypeError, "tokens must be bytes"); return -1; }
@@ -701,13 +853,14 @@ static PyObject *PairIndex_add_word(PairIndexObject *self, PyObject *args) {
 
 static PyObject *PairIndex_build_heap(PairIndexObject *self, PyObject *noargs) {
     State *s = &self->s;
+    set_cold_threshold(s);
     for (uint32_t r = 0; r < s->n_recs; r++) {
         PosList *l = &s->recs[r].occ; /* trim the doubling slack */
         if (l->cap > l->len && l->len) {
             uint32_t *d = (uint32_t *)realloc(l->data, (size_t)l->len * sizeof(uint32_t));
             if (d) { l->data = d; l->cap = l->len; }
         }
-        if (s->recs[r].count > 0 && heap_push(s, s->recs[r].count, r) < 0) return PyErr_NoMemory();
+        if (s->recs[r].count > 0 && offer(s, s->recs[r].count, r) < 0) return PyErr_NoMemory();
     }
     Py_RETURN_NONE;
 }
@@ -717,20 +870,13 @@ static PyObject *PairIndex_pop_best(PairIndexObject *self, PyObject *args) {
     long long min_count;
     if (!PyArg_ParseTuple(args, "L", &min_count)) return NULL;
     State *s = &self->s;
-    while (s->heap_len) {
-        HeapEntry top = s->heap[0];
-        int64_t current = s->recs[top.rec].count;
-        if (current != top.count) {
-            heap_pop(s);
-            if (current > 0 && heap_push(s, current, top.rec) < 0) return PyErr_NoMemory();
-            continue;
-        }
-        if (current < min_count || current <= 0) break;
-        heap_pop(s);
-        uint64_t key = s->recs[top.rec].key;
-        return Py_BuildValue("(IIL)", (unsigned)(key >> 32), (unsigned)(key & 0xFFFFFFFFu), (long long)current);
-    }
-    Py_RETURN_NONE;
+    uint32_t r;
+    int64_t count;
+    int got = pop_best(s, min_count, &r, &count);
+    if (got < 0) return PyErr_NoMemory();
+    if (!got) Py_RETURN_NONE;
+    uint64_t key = s->recs[r].key;
+    return Py_BuildValue("(IIL)", (unsigned)(key >> 32), (unsigned)(key & 0xFFFFFFFFu), (long long)count);
 }
 
 static PyObject *PairIndex_count(PairIndexObject *self, PyObject *args) {
@@ -905,7 +1051,7 @@ static PyObject *PairIndex_end_merge(PairIndexObject *self, PyObject *noargs) {
         uint32_t t = self->born[k];
         if (s->recs[t].count > 0 && s->recs[t].pushed_at != self->merges) {
             s->recs[t].pushed_at = self->merges;
-            if (heap_push(s, s->recs[t].count, t) < 0) return PyErr_NoMemory();
+            if (offer(s, s->recs[t].count, t) < 0) return PyErr_NoMemory();
         }
     }
     self->merging = 0;
@@ -917,9 +1063,10 @@ static PyObject *PairIndex_memory(PairIndexObject *self, PyObject *noargs) {
     State *s = &self->s;
     uint64_t lists = 0;
     for (uint32_t r = 0; r < s->n_recs; r++) lists += (uint64_t)s->recs[r].occ.cap * 4;
-    return Py_BuildValue("{s:K,s:K,s:K,s:K,s:K,s:K}", "pairs", (unsigned long long)s->n_recs,
+    return Py_BuildValue("{s:K,s:K,s:K,s:K,s:K,s:K,s:K}", "pairs", (unsigned long long)s->n_recs,
+                         "cold", (unsigned long long)s->cap_cold * 4,
                          "records", (unsigned long long)s->cap_recs * sizeof(PairRec),
-                         "table", (unsigned long long)(s->table_mask + 1) * 4,
+                         "table", (unsigned long long)(s->table_mask + 1) * 8,
                          "heap", (unsigned long long)s->heap_cap * sizeof(HeapEntry),
                          "heap_entries", (unsigned long long)s->heap_len, "word_lists", (unsigned long long)lists);
 }

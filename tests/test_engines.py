@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import random
+from array import array
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -100,6 +101,29 @@ def test_disk_path_with_slices_and_commits_equals_memory(tmp_path, monkeypatch):
         done = train_on_disk(sorted(words.items()), [base[i] for i in range(256)], None, tie, 60, 1, [],
                              str(tmp_path / f"s-{tie}"))
         assert [(a, b) for a, b, _ in done] == memory.merges
+
+
+def test_rare_pairs_kept_out_of_the_heap_are_merged_exactly(tmp_path):
+    """Pairs far rarer than the best one wait outside the heap (the C trainer's cold list)
+    and come back when the heap's counts fall to theirs, several times over: every merge,
+    down to count 1, equals the pure-Python trainer's, in memory and on disk."""
+    rng = random.Random(11)
+    words = {bytes(rng.choice(b"abcdxyz") for _ in range(rng.randint(2, 9))): rng.randint(1, 6) for _ in range(400)}
+    words[b"qrstuvw" * 3] = 2**40  # makes the first threshold 2**24: everything else starts cold
+    index = _fastbpe.PairIndex([bytes([i]) for i in range(256)], 0)
+    for wid, (word, n) in enumerate(sorted(words.items())):
+        index.add_word(wid, n, array("I", list(word)).tobytes())
+    index.build_heap()
+    assert index.memory()["cold"] > 0
+    for tie in TIE_BREAKS:
+        py, c = train(words, "python", num_merges=2000, tie_break=tie), train(words, "c", num_merges=2000, tie_break=tie)
+        assert c.merges == py.merges and c.merge_counts == py.merge_counts
+        assert c.merge_counts[-1] == 1  # ran until every pair was merged
+        cfg = config(num_merges=2000, tie_break=tie)
+        base = cfg.base_vocab()
+        done = train_on_disk(sorted(words.items()), [base[i] for i in range(256)], None, tie, 2000, 1, [],
+                             str(tmp_path / f"cold-{tie}"))
+        assert [(a, b) for a, b, _ in done] == c.merges
 
 
 def test_store_paths_and_resume_agree_on_corpus(tmp_path):
