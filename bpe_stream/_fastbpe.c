@@ -37,17 +37,28 @@
 enum { TB_MAX_BYTES = 0, TB_MIN_BYTES = 1, TB_MIN_IDS = 2 };
 #define SMALL 512u
 
-typedef struct {
-    uint32_t *data;
-    uint32_t len, cap;
-} PosList;
-
+/* A pair's record, 32 bytes: there are millions of pairs, most of them rare.  Its list of
+ * occurrences (positions, or word ids in the PairIndex) holds up to INLINE_OCC items in
+ * place -- no allocation for the many pairs seen once or twice -- and beyond that lives in
+ * an allocation whose first item is its capacity. */
+#define INLINE_OCC 2u
 typedef struct {
     uint64_t key;
     int64_t count;
-    PosList occ;
-    uint64_t pushed_at; /* the merge (1-based) after which it was last pushed as a new pair */
+    union {
+        uint32_t inl[INLINE_OCC];
+        uint32_t *ext; /* ext[0]: capacity; items from ext[1] */
+    } occ;
+    uint32_t n_occ;
+    uint32_t pushed_at; /* the merge (1-based) after which it was last pushed as a new pair */
 } PairRec;
+
+/* A list taken out of its record (see occ_take). */
+typedef struct {
+    uint32_t *items, *owned;
+    uint32_t len;
+    uint32_t inl[INLINE_OCC];
+} OccList;
 
 typedef struct {
     int64_t count;
@@ -122,16 +133,75 @@ typedef struct {
     uint64_t n_pend, cap_pend;
 } State;
 
-static int poslist_push(PosList *l, uint32_t v) {
-    if (l->len == l->cap) {
-        uint32_t cap = l->cap ? l->cap * 2 : 2;
-        uint32_t *d = (uint32_t *)realloc(l->data, (size_t)cap * sizeof(uint32_t));
-        if (!d) return -1;
-        l->data = d;
-        l->cap = cap;
+static inline uint32_t *occ_items(PairRec *p) {
+    return p->n_occ <= INLINE_OCC ? p->occ.inl : p->occ.ext + 1;
+}
+
+static inline uint32_t occ_cap(const PairRec *p) {
+    return p->n_occ <= INLINE_OCC ? INLINE_OCC : p->occ.ext[0];
+}
+
+/* Makes the list `len` items long (new items undefined), growing its room to at least
+ * `room` items; -1 when out of memory. */
+static int occ_resize(PairRec *p, uint32_t len, uint32_t room) {
+    if (len <= INLINE_OCC && p->n_occ <= INLINE_OCC) { p->n_occ = len; return 0; }
+    if (p->n_occ <= INLINE_OCC) { /* inline -> allocated */
+        if (room < len) room = len;
+        uint32_t *e = (uint32_t *)malloc(((size_t)room + 1) * sizeof(uint32_t));
+        if (!e) return -1;
+        e[0] = room;
+        memcpy(e + 1, p->occ.inl, p->n_occ * sizeof(uint32_t));
+        p->occ.ext = e;
+    } else if (len > p->occ.ext[0]) {
+        if (room < len) room = len;
+        uint32_t *e = (uint32_t *)realloc(p->occ.ext, ((size_t)room + 1) * sizeof(uint32_t));
+        if (!e) return -1;
+        e[0] = room;
+        p->occ.ext = e;
     }
-    l->data[l->len++] = v;
+    p->n_occ = len; /* an allocated list stays allocated, even when short */
+    if (len <= INLINE_OCC) { /* ...except that a short length means inline: move back */
+        uint32_t *e = p->occ.ext, keep[INLINE_OCC];
+        memcpy(keep, e + 1, len * sizeof(uint32_t));
+        free(e);
+        memcpy(p->occ.inl, keep, len * sizeof(uint32_t));
+    }
     return 0;
+}
+
+static int occ_push(PairRec *p, uint32_t v) {
+    uint32_t n = p->n_occ;
+    if (n >= occ_cap(p) || n == INLINE_OCC) { /* grow by half: millions of lists, slack adds up */
+        if (occ_resize(p, n + 1, n + n / 2 + 2) < 0) return -1;
+    } else {
+        p->n_occ = n + 1;
+    }
+    occ_items(p)[n] = v;
+    return 0;
+}
+
+static void occ_free(PairRec *p) {
+    if (p->n_occ > INLINE_OCC) free(p->occ.ext);
+    p->n_occ = 0;
+}
+
+/* Moves the record's list out (the record is left empty); free with occ_release. */
+static void occ_take(PairRec *p, OccList *out) {
+    out->len = p->n_occ;
+    if (p->n_occ <= INLINE_OCC) {
+        memcpy(out->inl, p->occ.inl, sizeof(out->inl));
+        out->items = out->inl;
+        out->owned = NULL;
+    } else {
+        out->owned = p->occ.ext;
+        out->items = p->occ.ext + 1;
+    }
+    p->n_occ = 0;
+}
+
+static void occ_release(OccList *l) {
+    free(l->owned);
+    l->owned = NULL;
 }
 
 static inline uint64_t hash64(uint64_t x) {
@@ -185,7 +255,7 @@ static uint32_t pair_get(State *s, uint64_t key, int create) {
         h = (h + 1) & s->table_mask;
     }
     if (!create) return NONE;
-    if ((uint64_t)(s->n_recs + 1) * 2 > s->table_mask + 1) {
+    if ((uint64_t)(s->n_recs + 1) * 4 > (s->table_mask + 1) * 3) { /* load 3/4: the hash tags keep probes cheap */
         if (table_grow(s) < 0) return NONE;
         h = hv & s->table_mask;
         while (s->table[h] != SLOT_EMPTY) h = (h + 1) & s->table_mask;
@@ -200,8 +270,7 @@ static uint32_t pair_get(State *s, uint64_t key, int create) {
     uint32_t r = s->n_recs++;
     s->recs[r].key = key;
     s->recs[r].count = 0;
-    s->recs[r].occ.data = NULL;
-    s->recs[r].occ.len = s->recs[r].occ.cap = 0;
+    s->recs[r].n_occ = 0;
     s->recs[r].pushed_at = 0;
     s->table[h] = tag | r;
     return r;
@@ -373,7 +442,7 @@ static void state_free(State *s) {
     free(s->left.slot_entry); free(s->left.slot_gen); free(s->left.entries);
     free(s->right.slot_entry); free(s->right.slot_gen); free(s->right.entries); free(s->pend);
     if (s->recs)
-        for (uint32_t r = 0; r < s->n_recs; r++) free(s->recs[r].occ.data);
+        for (uint32_t r = 0; r < s->n_recs; r++) occ_free(&s->recs[r]);
     free(s->recs); free(s->table); free(s->heap); free(s->cold);
     if (s->tokens)
         for (uint32_t t = 0; t < s->n_tokens; t++) free(s->tokens[t].data);
@@ -518,23 +587,17 @@ static int resolve_sides(State *s, uint32_t a, uint32_t b, uint32_t z) {
             if (en->r_old == NONE || en->r_new == NONE) return -1;
             /* Exact room: a pair with z gains positions only in this merge.  (One record can
              * be the gaining pair of two entries, (z, z) on both sides, hence len += n_pos.) */
-            PosList *l = &s->recs[en->r_new].occ;
-            uint64_t need = (uint64_t)l->len + en->n_pos;
+            PairRec *p = &s->recs[en->r_new];
+            uint64_t need = (uint64_t)p->n_occ + en->n_pos;
             if (need >= NONE) return -1;
-            if (need > l->cap) {
-                uint32_t *d = (uint32_t *)realloc(l->data, need * sizeof(uint32_t));
-                if (!d) return -1;
-                l->data = d;
-                l->cap = (uint32_t)need;
-            }
-            en->at = l->len;
-            l->len = (uint32_t)need;
+            en->at = p->n_occ;
+            if (occ_resize(p, (uint32_t)need, (uint32_t)need) < 0) return -1;
         }
     }
     for (uint64_t k = 0; k < s->n_pend; k++) {
         Pending p = s->pend[k];
         SideEntry *en = (p.entry & RIGHT_SIDE) ? &s->right.entries[p.entry & ~RIGHT_SIDE] : &s->left.entries[p.entry];
-        s->recs[en->r_new].occ.data[en->at++] = p.pos;
+        occ_items(&s->recs[en->r_new])[en->at++] = p.pos;
     }
     s->n_pend = 0;
     return 0;
@@ -545,19 +608,18 @@ static int resolve_sides(State *s, uint32_t a, uint32_t b, uint32_t z) {
 static int apply_merge(State *s, uint32_t r, uint32_t z, uint32_t **born, uint32_t *cap_born, uint32_t *n_born) {
     uint64_t key = s->recs[r].key;
     uint32_t a = (uint32_t)(key >> 32), b = (uint32_t)(key & 0xFFFFFFFFu);
-    PosList occ = s->recs[r].occ;
-    s->recs[r].occ.data = NULL;
-    s->recs[r].occ.len = s->recs[r].occ.cap = 0;
+    OccList occ;
+    occ_take(&s->recs[r], &occ);
     /* Within a word, occurrences of (a, a) overlap and must go left to right; those of
      * (a, b) with a != b cannot overlap, and their order changes no count (sorting them
      * all was measured slower: the lists are mostly in order already). */
-    if (occ.len > 1 && a == b && sort_positions(occ.data, occ.len) < 0) { free(occ.data); return -1; }
-    if (side_reset(&s->left) < 0 || side_reset(&s->right) < 0) { free(occ.data); return -1; }
+    if (occ.len > 1 && a == b && sort_positions(occ.items, occ.len) < 0) { occ_release(&occ); return -1; }
+    if (side_reset(&s->left) < 0 || side_reset(&s->right) < 0) { occ_release(&occ); return -1; }
     Node *nd = s->nodes;
     dbg_visits += occ.len;
     for (uint32_t k = 0; k < occ.len; k++) {
-        if (k + PREFETCH_AHEAD < occ.len) __builtin_prefetch(&nd[occ.data[k + PREFETCH_AHEAD]], 1, 1);
-        uint32_t i = occ.data[k];
+        if (k + PREFETCH_AHEAD < occ.len) __builtin_prefetch(&nd[occ.items[k + PREFETCH_AHEAD]], 1, 1);
+        uint32_t i = occ.items[k];
         if (nd[i].sym != a) continue; /* stale, or a duplicate already merged (z != a) */
         uint32_t j = nd[i].next;
         if (j == NONE || nd[j].sym != b) continue;
@@ -582,8 +644,7 @@ static int apply_merge(State *s, uint32_t r, uint32_t z, uint32_t **born, uint32
         nd[i].next = y;
         if (y != NONE) nd[y].prev = i;
     }
-    free(occ.data);
-    occ.data = NULL;
+    occ_release(&occ);
     if (resolve_sides(s, a, b, z) < 0) goto fail;
     uint64_t need = (uint64_t)s->left.n + s->right.n + 1;
     if (need > *cap_born) {
@@ -605,7 +666,7 @@ static int apply_merge(State *s, uint32_t r, uint32_t z, uint32_t **born, uint32
     s->recs[r].count = 0;
     return 0;
 fail:
-    free(occ.data);
+    occ_release(&occ);
     s->n_pend = 0;
     return -1;
 }
@@ -684,7 +745,7 @@ static PyObject *train(PyObject *self, PyObject *args) {
                 } else {
                     r = pair_get(&s, key, 1);
                 }
-                if (r == NONE || poslist_push(&s.recs[r].occ, (uint32_t)i) < 0) { PyErr_NoMemory(); goto done; }
+                if (r == NONE || occ_push(&s.recs[r], (uint32_t)i) < 0) { PyErr_NoMemory(); goto done; }
                 s.recs[r].count += s.freq[w];
             }
         }
@@ -735,8 +796,8 @@ static PyObject *train(PyObject *self, PyObject *args) {
         /* push each pair born in this merge once, with its final count */
         for (uint32_t k = 0; k < n_touched; k++) {
             uint32_t t = touched[k];
-            if (s.recs[t].count > 0 && s.recs[t].pushed_at != (uint64_t)done_merges + 1) {
-                s.recs[t].pushed_at = (uint64_t)done_merges + 1;
+            if (s.recs[t].count > 0 && s.recs[t].pushed_at != (uint32_t)(done_merges + 1)) {
+                s.recs[t].pushed_at = (uint32_t)(done_merges + 1);
                 if (offer(&s, s.recs[t].count, t) < 0) { PyErr_NoMemory(); goto done; }
             }
         }
@@ -825,9 +886,9 @@ static int PairIndex_init(PairIndexObject *self, PyObject *args, PyObject *kwds)
     return 0;
 }
 
-static int push_wid(PosList *l, uint32_t wid) {
-    if (l->len && l->data[l->len - 1] == wid) return 0;
-    return poslist_push(l, wid);
+static int push_wid(PairRec *p, uint32_t wid) {
+    if (p->n_occ && occ_items(p)[p->n_occ - 1] == wid) return 0;
+    return occ_push(p, wid);
 }
 
 static PyObject *PairIndex_add_word(PairIndexObject *self, PyObject *args) {
@@ -844,7 +905,7 @@ static PyObject *PairIndex_add_word(PairIndexObject *self, PyObject *args) {
             return NULL;
         }
         uint32_t r = pair_get(&self->s, ((uint64_t)sym[i] << 32) | sym[i + 1], 1);
-        if (r == NONE || push_wid(&self->s.recs[r].occ, wid) < 0) { PyBuffer_Release(&seq); return PyErr_NoMemory(); }
+        if (r == NONE || push_wid(&self->s.recs[r], wid) < 0) { PyBuffer_Release(&seq); return PyErr_NoMemory(); }
         self->s.recs[r].count += freq;
     }
     PyBuffer_Release(&seq);
@@ -855,10 +916,10 @@ static PyObject *PairIndex_build_heap(PairIndexObject *self, PyObject *noargs) {
     State *s = &self->s;
     set_cold_threshold(s);
     for (uint32_t r = 0; r < s->n_recs; r++) {
-        PosList *l = &s->recs[r].occ; /* trim the doubling slack */
-        if (l->cap > l->len && l->len) {
-            uint32_t *d = (uint32_t *)realloc(l->data, (size_t)l->len * sizeof(uint32_t));
-            if (d) { l->data = d; l->cap = l->len; }
+        PairRec *p = &s->recs[r]; /* trim the growth slack */
+        if (p->n_occ > INLINE_OCC && p->occ.ext[0] > p->n_occ) {
+            uint32_t *d = (uint32_t *)realloc(p->occ.ext, ((size_t)p->n_occ + 1) * sizeof(uint32_t));
+            if (d) { p->occ.ext = d; d[0] = p->n_occ; }
         }
         if (s->recs[r].count > 0 && offer(s, s->recs[r].count, r) < 0) return PyErr_NoMemory();
     }
@@ -898,24 +959,43 @@ static PyObject *PairIndex_take_words(PairIndexObject *self, PyObject *args) {
     if (!PyArg_ParseTuple(args, "II", &a, &b)) return NULL;
     uint32_t r = pair_get(&self->s, ((uint64_t)a << 32) | b, 0);
     if (r == NONE) return PyBytes_FromStringAndSize(NULL, 0);
-    PosList *l = &self->s.recs[r].occ;
-    if (l->len > 1) qsort(l->data, l->len, sizeof(uint32_t), cmp_u32);
+    OccList l;
+    occ_take(&self->s.recs[r], &l);
+    uint32_t *items = l.items;
+    if (l.len > 1) qsort(items, l.len, sizeof(uint32_t), cmp_u32);
     uint32_t n = 0;
-    for (uint32_t k = 0; k < l->len; k++)
-        if (!n || l->data[n - 1] != l->data[k]) l->data[n++] = l->data[k];
+    for (uint32_t k = 0; k < l.len; k++)
+        if (!n || items[n - 1] != items[k]) items[n++] = items[k];
     PyObject *out = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)n * 4);
-    if (!out) return NULL;
+    if (!out) { occ_release(&l); return NULL; }
     uint8_t *o = (uint8_t *)PyBytes_AS_STRING(out);
     for (uint32_t k = 0; k < n; k++) {
-        uint32_t w = l->data[k];
+        uint32_t w = items[k];
         o[4 * k] = (uint8_t)(w >> 24);
         o[4 * k + 1] = (uint8_t)(w >> 16);
         o[4 * k + 2] = (uint8_t)(w >> 8);
         o[4 * k + 3] = (uint8_t)w;
     }
-    free(l->data);
-    l->data = NULL;
-    l->len = l->cap = 0;
+    occ_release(&l);
+    return out;
+}
+
+/* split_keys(packed, start, stop): the 4-byte keys start..stop-1 of a packed key string
+ * (take_words' result) as a list of bytes, the form Cursor.getmulti takes. */
+static PyObject *split_keys(PyObject *self, PyObject *args) {
+    Py_buffer packed;
+    Py_ssize_t start, stop;
+    if (!PyArg_ParseTuple(args, "y*nn", &packed, &start, &stop)) return NULL;
+    Py_ssize_t n = packed.len / 4;
+    if (start < 0) start = 0;
+    if (stop > n) stop = n;
+    PyObject *out = PyList_New(stop > start ? stop - start : 0);
+    for (Py_ssize_t k = start; out && k < stop; k++) {
+        PyObject *key = PyBytes_FromStringAndSize((const char *)packed.buf + 4 * k, 4);
+        if (!key) { Py_CLEAR(out); break; }
+        PyList_SET_ITEM(out, k - start, key);
+    }
+    PyBuffer_Release(&packed);
     return out;
 }
 
@@ -1003,7 +1083,7 @@ static PyObject *PairIndex_merge_rows(PairIndexObject *self, PyObject *args) {
                     if (r1 == NONE || r2 == NONE) { PyErr_NoMemory(); goto fail; }
                     s->recs[r1].count -= f;
                     s->recs[r2].count += f;
-                    if (push_wid(&s->recs[r2].occ, wid) < 0) { PyErr_NoMemory(); goto fail; }
+                    if (push_wid(&s->recs[r2], wid) < 0) { PyErr_NoMemory(); goto fail; }
                     self->born[self->n_born++] = r2;
                 }
                 if (i + 2 < n) {
@@ -1013,7 +1093,7 @@ static PyObject *PairIndex_merge_rows(PairIndexObject *self, PyObject *args) {
                     if (r1 == NONE || r2 == NONE) { PyErr_NoMemory(); goto fail; }
                     s->recs[r1].count -= f;
                     s->recs[r2].count += f;
-                    if (push_wid(&s->recs[r2].occ, wid) < 0) { PyErr_NoMemory(); goto fail; }
+                    if (push_wid(&s->recs[r2], wid) < 0) { PyErr_NoMemory(); goto fail; }
                     self->born[self->n_born++] = r2;
                 }
                 out[m++] = z;
@@ -1049,8 +1129,8 @@ static PyObject *PairIndex_end_merge(PairIndexObject *self, PyObject *noargs) {
     s->recs[r].count = 0;
     for (uint32_t k = 0; k < self->n_born; k++) {
         uint32_t t = self->born[k];
-        if (s->recs[t].count > 0 && s->recs[t].pushed_at != self->merges) {
-            s->recs[t].pushed_at = self->merges;
+        if (s->recs[t].count > 0 && s->recs[t].pushed_at != (uint32_t)self->merges) {
+            s->recs[t].pushed_at = (uint32_t)self->merges;
             if (offer(s, s->recs[t].count, t) < 0) return PyErr_NoMemory();
         }
     }
@@ -1062,7 +1142,8 @@ static PyObject *PairIndex_end_merge(PairIndexObject *self, PyObject *noargs) {
 static PyObject *PairIndex_memory(PairIndexObject *self, PyObject *noargs) {
     State *s = &self->s;
     uint64_t lists = 0;
-    for (uint32_t r = 0; r < s->n_recs; r++) lists += (uint64_t)s->recs[r].occ.cap * 4;
+    for (uint32_t r = 0; r < s->n_recs; r++)
+        if (s->recs[r].n_occ > INLINE_OCC) lists += ((uint64_t)s->recs[r].occ.ext[0] + 1) * 4;
     return Py_BuildValue("{s:K,s:K,s:K,s:K,s:K,s:K,s:K}", "pairs", (unsigned long long)s->n_recs,
                          "cold", (unsigned long long)s->cap_cold * 4,
                          "records", (unsigned long long)s->cap_recs * sizeof(PairRec),
@@ -1336,6 +1417,7 @@ static PyTypeObject EncoderType = {
 
 static PyMethodDef methods[] = {
     {"train", (PyCFunction)train, METH_VARARGS, NULL},
+    {"split_keys", (PyCFunction)split_keys, METH_VARARGS, "split_keys(packed, start, stop) -> list of 4-byte keys."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -235,7 +235,7 @@ def train_from_store(
         else:
             trainer = DiskTrainer(
                 [config.base_vocab()[i] for i in range(256 + len(config.base_symbols()))], config.marker_id(),
-                config.tie_break, os.path.join(store.path, "train-scratch"),
+                config.tie_break, os.path.join(store.path, "train-scratch"), budget,
             )
             trainer.load(store.iter_words(txn, min_word))
     store.remap()  # the store's pages read so far are not needed while merging

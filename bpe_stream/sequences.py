@@ -36,15 +36,28 @@ except ImportError:  # pragma: no cover - depends on the build
 
 _BATCH = 50_000
 _SLICE = 8192  # words of one merge read, rewritten and written at a time
-_REMAP_ROWS = 8192  # rows read or written between two reopenings of the table
+_REMAP_ROWS = 8192  # rows read or written between two looks at the mapped pages
 _DIRTY_ROWS = 16384  # rows written before a commit: each may dirty a 4 KiB page (kept for replay)
+# Share of the memory budget the table's mapped pages may take before the map is dropped.
+MAPPED_SHARE = 0.125
+_MIN_MAPPED = 32 << 20
+
+
+def mapped_file_bytes() -> Optional[int]:
+    """This process's resident file-backed pages (Linux ``statm`` "shared"), or None."""
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[2]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):  # pragma: no cover - not Linux
+        return None
 
 
 class DiskSequences:
     """Word id -> (count, symbols) in a scratch LMDB environment."""
 
-    def __init__(self, directory: str):
+    def __init__(self, directory: str, mapped_budget: Optional[int] = None):
         self.directory = directory
+        self.mapped_budget = mapped_budget  # None: drop the map every _REMAP_ROWS rows
         if os.path.exists(directory):
             shutil.rmtree(directory)
         os.makedirs(directory)
@@ -81,8 +94,12 @@ class DiskSequences:
             # Pages of the table read so far stay mapped, and so count as this process's
             # memory, until the map is dropped; reopening drops it (the OS keeps them as
             # cache) so resident memory follows the pair index, not the table's size.
-            self.env.close()
-            self.env = self._open()
+            # Reopening often costs page faults, so it waits for the mapped pages to
+            # reach their share of the budget where the kernel tells us their size.
+            mapped = mapped_file_bytes() if self.mapped_budget is not None else None
+            if mapped is None or mapped >= self.mapped_budget:
+                self.env.close()
+                self.env = self._open()
             self.touched = 0
 
     def put_many(self, rows: List[Tuple[bytes, bytes]]) -> None:
@@ -120,12 +137,14 @@ class DiskSequences:
 class DiskTrainer:
     """``load`` the words (into the scratch table and the pair index), then ``run`` the merges."""
 
-    def __init__(self, tokens: List[bytes], marker_id: Optional[int], tie_break: str, scratch_dir: str):
+    def __init__(self, tokens: List[bytes], marker_id: Optional[int], tie_break: str, scratch_dir: str,
+                 max_memory: Optional[int] = None):
         if _fastbpe is None:
             raise RuntimeError("the out-of-core trainer needs the C extension; reinstall bpe-stream with a C compiler")
         self.index = _fastbpe.PairIndex(list(tokens), TIE_BREAKS.index(tie_break))
         self.marker_id = marker_id
-        self.table = DiskSequences(scratch_dir)
+        mapped = None if max_memory is None else max(_MIN_MAPPED, int(max_memory * MAPPED_SHARE))
+        self.table = DiskSequences(scratch_dir, mapped)
 
     def close(self) -> None:
         self.table.close()
@@ -178,9 +197,8 @@ class DiskTrainer:
                 left, right, count = best
             packed = index.take_words(left, right)
             index.begin_merge(left, right)
-            for start in range(0, len(packed), 4 * _SLICE):
-                end = min(len(packed), start + 4 * _SLICE)
-                keys = [packed[i:i + 4] for i in range(start, end, 4)]
+            for start in range(0, len(packed) // 4, _SLICE):
+                keys = _fastbpe.split_keys(packed, start, start + _SLICE)
                 table.put_many(index.merge_rows(table.get_many(keys)))
             index.end_merge()
             done.append((left, right, count))

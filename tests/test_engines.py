@@ -126,6 +126,27 @@ def test_rare_pairs_kept_out_of_the_heap_are_merged_exactly(tmp_path):
         assert [(a, b) for a, b, _ in done] == c.merges
 
 
+def test_disk_table_drops_its_map_only_past_the_mapped_budget(tmp_path, monkeypatch):
+    """The scratch table reopens (dropping its mapped pages from this process) when they
+    exceed their budget, and keeps its map otherwise; rows read back are the rows written."""
+    import bpe_stream.sequences as seq
+
+    monkeypatch.setattr(seq, "_REMAP_ROWS", 10)
+    assert seq.mapped_file_bytes() > 0
+    rows = [(i.to_bytes(4, "big"), bytes(8) + bytes([i % 256]) * 400) for i in range(200)]
+    for budget, reopens in ((0, True), (1 << 40, False), (None, True)):
+        table = seq.DiskSequences(str(tmp_path / f"t{budget}"), budget)
+        envs = {id(table.env)}
+        held = [table.env]  # keep closed envs alive so their ids stay distinct
+        for start in range(0, 200, 20):
+            table.put_many(rows[start:start + 20])
+            envs.add(id(table.env))
+            held.append(table.env)
+        assert (len(envs) > 1) == reopens
+        assert table.get_many([k for k, _ in rows]) == rows
+        table.close()
+
+
 def test_store_paths_and_resume_agree_on_corpus(tmp_path):
     """count + train through the store: memory path, disk path, and a resume from a
     checkpoint of half the merges all write the same tokenizer."""
