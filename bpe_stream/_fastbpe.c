@@ -853,11 +853,44 @@ typedef struct {
     int merging;      /* between begin_merge and end_merge */
     uint32_t ma, mb, mz;
     uint32_t *born, n_born, cap_born; /* records of pairs born in the open merge */
+    /* Per word, a 64-bit signature of the pairs it holds (one bit per pair, by hash),
+     * recomputed whenever the word is rewritten: a pair appears in a word only when the
+     * word is rewritten, so the signature always covers the word's pairs, and take_words
+     * drops the ids whose signature lacks the pair -- stale entries that would otherwise
+     * cost a read from disk each (about 40% of the reads on generated web text). */
+    uint64_t *sig;
+    uint32_t n_sig, cap_sig;
 } PairIndexObject;
+
+static inline uint64_t pair_bit(uint64_t key) {
+    return 1ull << (hash64(key) >> 58);
+}
+
+static uint64_t signature(const uint32_t *sym, size_t n) {
+    uint64_t sig = 0;
+    for (size_t i = 0; i + 1 < n; i++) sig |= pair_bit(((uint64_t)sym[i] << 32) | sym[i + 1]);
+    return sig;
+}
+
+static int set_signature(PairIndexObject *self, uint32_t wid, uint64_t sig) {
+    if (wid >= self->cap_sig) {
+        uint64_t cap = self->cap_sig ? self->cap_sig : 1024;
+        while (cap <= wid) cap *= 2;
+        if (cap > 0xFFFFFFFFull) cap = 0xFFFFFFFFull;
+        uint64_t *d = (uint64_t *)realloc(self->sig, cap * sizeof(uint64_t));
+        if (!d) return -1;
+        self->sig = d;
+        self->cap_sig = (uint32_t)cap;
+    }
+    while (self->n_sig <= wid) self->sig[self->n_sig++] = ~0ull; /* unknown words: keep */
+    self->sig[wid] = sig;
+    return 0;
+}
 
 static void PairIndex_dealloc(PairIndexObject *self) {
     state_free(&self->s);
     free(self->born);
+    free(self->sig);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -874,6 +907,9 @@ static int PairIndex_init(PairIndexObject *self, PyObject *args, PyObject *kwds)
     free(self->born);
     self->born = NULL;
     self->n_born = self->cap_born = 0;
+    free(self->sig);
+    self->sig = NULL;
+    self->n_sig = self->cap_sig = 0;
     if (table_init(&self->s) < 0) { PyErr_NoMemory(); return -1; }
     for (Py_ssize_t t = 0; t < PyList_GET_SIZE(tokens); t++) {
         PyObject *item = PyList_GET_ITEM(tokens, t);
@@ -908,6 +944,7 @@ static PyObject *PairIndex_add_word(PairIndexObject *self, PyObject *args) {
         if (r == NONE || push_wid(&self->s.recs[r], wid) < 0) { PyBuffer_Release(&seq); return PyErr_NoMemory(); }
         self->s.recs[r].count += freq;
     }
+    if (set_signature(self, wid, signature(sym, (size_t)n)) < 0) { PyBuffer_Release(&seq); return PyErr_NoMemory(); }
     PyBuffer_Release(&seq);
     Py_RETURN_NONE;
 }
@@ -964,8 +1001,13 @@ static PyObject *PairIndex_take_words(PairIndexObject *self, PyObject *args) {
     uint32_t *items = l.items;
     if (l.len > 1) qsort(items, l.len, sizeof(uint32_t), cmp_u32);
     uint32_t n = 0;
-    for (uint32_t k = 0; k < l.len; k++)
-        if (!n || items[n - 1] != items[k]) items[n++] = items[k];
+    uint64_t bit = pair_bit(((uint64_t)a << 32) | b);
+    for (uint32_t k = 0; k < l.len; k++) {
+        uint32_t w = items[k];
+        if (n && items[n - 1] == w) continue;
+        if (w < self->n_sig && !(self->sig[w] & bit)) continue; /* certainly stale */
+        items[n++] = w;
+    }
     PyObject *out = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)n * 4);
     if (!out) { occ_release(&l); return NULL; }
     uint8_t *o = (uint8_t *)PyBytes_AS_STRING(out);
@@ -1103,6 +1145,7 @@ static PyObject *PairIndex_merge_rows(PairIndexObject *self, PyObject *args) {
             }
         }
         if (m != n) {
+            if (set_signature(self, wid, signature(out, m)) < 0) { PyErr_NoMemory(); goto fail; }
             PyObject *nv = PyBytes_FromStringAndSize(NULL, 8 + (Py_ssize_t)m * 4);
             if (!nv) goto fail;
             memcpy(PyBytes_AS_STRING(nv), val, 8);
@@ -1144,7 +1187,8 @@ static PyObject *PairIndex_memory(PairIndexObject *self, PyObject *noargs) {
     uint64_t lists = 0;
     for (uint32_t r = 0; r < s->n_recs; r++)
         if (s->recs[r].n_occ > INLINE_OCC) lists += ((uint64_t)s->recs[r].occ.ext[0] + 1) * 4;
-    return Py_BuildValue("{s:K,s:K,s:K,s:K,s:K,s:K,s:K}", "pairs", (unsigned long long)s->n_recs,
+    return Py_BuildValue("{s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K}", "pairs", (unsigned long long)s->n_recs,
+                         "signatures", (unsigned long long)self->cap_sig * 8,
                          "cold", (unsigned long long)s->cap_cold * 4,
                          "records", (unsigned long long)s->cap_recs * sizeof(PairRec),
                          "table", (unsigned long long)(s->table_mask + 1) * 8,
