@@ -1,22 +1,28 @@
 """Memory estimates from store statistics: they choose the training path and feed ``stats``.
 
-Calibrated on this project's corpora with the C trainer (peak RSS of ``train``):
-English 100 MB (260k distinct pretokens, 2.1M symbols) 224 MB; multilingual 25 MB (516k
-distinct, 11.8M symbols) 557 MB.  The pure-Python fallback needs several times more.
+Calibrated with the C trainer (peak RSS of ``train_from_store``, vocab 32,768, 2026-12-01):
+English 100 MB (260k distinct pretokens, 2.1M symbols) 107 MB; generated web text 20 MB
+(366k, 4.2M) 195 MB; multilingual 25 MB (516k, 11.8M) 462 MB; generated 100 MB (1.44M,
+18.5M) 635 MB.  Memory follows the symbols (a 16-byte position record, the 4-byte input
+array and about one 4-byte occurrence entry each); the constants round the fit up.  The
+pure-Python fallback needs several times more.  The out-of-core path keeps only the pair
+index: 276 MB anonymous for the generated 100 MB store, 822 MB for a generated 400 MB
+one (5.1M distinct, 70.4M symbols).
 """
 
 from __future__ import annotations
 
-BASE = 80 << 20  # interpreter, modules, the store's mapped pages
-# in-memory C trainer: symbols array (Python) + symbol/prev/next/word arrays and pair
-# occurrence lists (C); per word: end offset, count, pair-table share
-C_PER_SYMBOL = 36
-C_PER_WORD = 150
+BASE = 48 << 20  # interpreter, modules, the store's mapped pages
+# in-memory C trainer, per symbol and per word (end offset, count, pair-table share)
+C_PER_SYMBOL = 35
+C_PER_WORD = 20
 # pure-Python trainer: a list of ints per word and set entries in the pair index
 PY_PER_SYMBOL = 90
 PY_PER_WORD = 400
-# out-of-core path: only the pair index (4-byte word ids per pair occurrence, with slack)
-DISK_PER_SYMBOL = 12
+# out-of-core path: the pair index (4-byte word ids per pair occurrence, pair records,
+# the pair table) and an 8-byte pair signature per word
+DISK_PER_SYMBOL = 11
+DISK_PER_WORD = 8
 
 
 def estimate_train_memory(unique_pretokens: int, total_symbols: int, engine: str = "c") -> int:
@@ -28,7 +34,7 @@ def estimate_train_memory(unique_pretokens: int, total_symbols: int, engine: str
 
 def estimate_disk_train_memory(unique_pretokens: int, total_symbols: int) -> int:
     """Bytes the out-of-core trainer keeps in memory (its pair index)."""
-    return BASE + DISK_PER_SYMBOL * total_symbols
+    return BASE + DISK_PER_SYMBOL * total_symbols + DISK_PER_WORD * unique_pretokens
 
 
 def available_memory() -> int:

@@ -15,7 +15,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from .counting import count_range, make_settings
 from .reader import to_bytes
-from .estimate import default_budget, estimate_train_memory
+from .estimate import default_budget, estimate_disk_train_memory, estimate_train_memory
 from .sequences import DiskTrainer
 from .store import Store, StoreError, pack
 from .tokenizer import Tokenizer
@@ -207,6 +207,14 @@ def train_from_store(
             f"training {'in memory' if path == 'memory' else 'with the sequence table on disk'} "
             f"({unique:,} distinct pretokens, {symbols:,} symbols; {reason})"
         )
+        index_need = estimate_disk_train_memory(unique, symbols)
+        if path == "disk" and index_need > budget:
+            # The exact algorithm still runs (nothing is pruned or sampled); the pair index
+            # just lives beyond the budget, and the OS pages it if it must.
+            on_message(
+                f"note: the pair index alone is estimated at {index_need / 1e6:,.0f} MB, over the budget of "
+                f"{budget / 1e6:,.0f} MB; training stays exact but may page (raise --max-memory if you can)"
+            )
 
         merges_so_far: List[Tuple[int, int, int]] = []
         last_save = [time.monotonic(), 0]
