@@ -244,8 +244,13 @@ def train_from_store(
             trainer = DiskTrainer(
                 [config.base_vocab()[i] for i in range(256 + len(config.base_symbols()))], config.marker_id(),
                 config.tie_break, os.path.join(store.path, "train-scratch"), budget,
+                size_hint=4 * symbols + 40 * unique,  # the table: symbols, and a count and key per word
             )
-            trainer.load(store.iter_words(txn, min_word))
+            try:
+                trainer.load(store.iter_words(txn, min_word))
+            except BaseException:
+                trainer.close()
+                raise
     store.remap()  # the store's pages read so far are not needed while merging
     try:
         if path == "memory":

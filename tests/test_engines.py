@@ -8,7 +8,10 @@
 
 from __future__ import annotations
 
+import os
 import random
+import shutil
+import subprocess
 from array import array
 
 import pytest
@@ -145,6 +148,51 @@ def test_disk_table_drops_its_map_only_past_the_mapped_budget(tmp_path, monkeypa
         assert (len(envs) > 1) == reopens
         assert table.get_many([k for k, _ in rows]) == rows
         table.close()
+
+
+def test_disk_table_grows_its_reserved_map(tmp_path):
+    """Rows beyond the first map (16 MB) grow it (and reserve the new space) without loss."""
+    import bpe_stream.sequences as seq
+
+    table = seq.DiskSequences(str(tmp_path / "grow"), None, size_hint=1)
+    assert table.map_size == 16 << 20
+    rows = [(i.to_bytes(4, "big"), i.to_bytes(8, "little") + bytes([i % 251]) * 1000) for i in range(30_000)]
+    for start in range(0, len(rows), 5000):
+        table.put_many(rows[start:start + 5000])
+    table.commit()
+    assert table.map_size > 16 << 20
+    assert os.path.getsize(os.path.join(table.directory, "data.mdb")) >= 30_000 * 1000
+    assert table.get_many([k for k, _ in rows[::97]]) == rows[::97]
+    table.close()
+    assert not os.path.exists(table.directory)
+
+
+def test_disk_path_on_a_full_disk_is_a_clean_error_and_leaves_no_scratch(bpe, tmp_path):
+    """The scratch table's map is reserved before use, so a full disk is one clean error
+    (not SIGBUS), the scratch directory is removed, and training works once space is free."""
+    point = tmp_path / "tmpfs"
+    point.mkdir()
+    if os.geteuid() != 0 or shutil.which("mount") is None:
+        pytest.skip("a small tmpfs needs root and mount(8)")
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=3m", "tmpfs", str(point)], capture_output=True).returncode:
+        pytest.skip("cannot mount a tmpfs here")
+    try:
+        rng = random.Random(5)
+        words = ["".join(rng.choice("abcdefghij") for _ in range(rng.randint(1, 9))) for _ in range(60_000)]
+        (tmp_path / "text.txt").write_text(" ".join(words))
+        store = point / "store"
+        assert bpe("count", "--store", store, "text.txt").returncode == 0
+        res = bpe("train", "--store", store, "--vocab-size", 400, "--path", "disk", "-o", "d.json")
+        assert res.returncode == 1, res.stderr
+        lines = [line for line in res.stderr.decode().splitlines() if line.startswith("Error")]
+        assert len(lines) == 1 and "scratch table" in lines[0] and "free disk space" in lines[0], res.stderr
+        assert not (store / "train-scratch").exists() and not (tmp_path / "d.json").exists()
+        subprocess.run(["mount", "-o", "remount,size=64m", str(point)], check=True)
+        assert bpe("train", "--store", store, "--vocab-size", 400, "--path", "disk", "-o", "d.json").returncode == 0
+        assert bpe("train", "--store", store, "--vocab-size", 400, "--path", "memory", "-o", "m.json").returncode == 0
+        assert (tmp_path / "d.json").read_bytes() == (tmp_path / "m.json").read_bytes()
+    finally:
+        subprocess.run(["umount", "-l", str(point)], capture_output=True)
 
 
 def test_store_paths_and_resume_agree_on_corpus(tmp_path):
