@@ -243,7 +243,8 @@ def train_from_store(
         else:
             trainer = DiskTrainer(
                 [config.base_vocab()[i] for i in range(256 + len(config.base_symbols()))], config.marker_id(),
-                config.tie_break, os.path.join(store.path, "train-scratch"), budget,
+                config.tie_break, os.path.join(store.path, "train-scratch"),
+                mapped_budget=budget - index_need,  # what the pair index leaves for the table's pages
                 size_hint=4 * symbols + 40 * unique,  # the table: symbols, and a count and key per word
             )
             try:

@@ -187,6 +187,16 @@ def test_disk_path_on_a_full_disk_is_a_clean_error_and_leaves_no_scratch(bpe, tm
         lines = [line for line in res.stderr.decode().splitlines() if line.startswith("Error")]
         assert len(lines) == 1 and "scratch table" in lines[0] and "free disk space" in lines[0], res.stderr
         assert not (store / "train-scratch").exists() and not (tmp_path / "d.json").exists()
+        # without writemap (a table larger than its mapped budget) the commit fails cleanly too
+        import bpe_stream.sequences as seq
+
+        table = seq.DiskSequences(str(point / "plain"), mapped_budget=1, size_hint=10**6)
+        assert not table.writemap
+        with pytest.raises(seq.ScratchError, match="free disk space"):
+            for start in range(0, 10_000, 500):
+                table.put_many([(i.to_bytes(4, "big"), bytes(1000)) for i in range(start, start + 500)])
+            table.commit()
+        table.close()
         subprocess.run(["mount", "-o", "remount,size=64m", str(point)], check=True)
         assert bpe("train", "--store", store, "--vocab-size", 400, "--path", "disk", "-o", "d.json").returncode == 0
         assert bpe("train", "--store", store, "--vocab-size", 400, "--path", "memory", "-o", "m.json").returncode == 0
