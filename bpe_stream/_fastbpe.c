@@ -6,10 +6,10 @@
  *
  * Layout.  All symbols of all distinct words sit in one array, word after word.  Each
  * position has its symbol, and links to the previous and next live position of its word
- * (NONE at the word's ends), and the id of its word (for the word's frequency).  Each pair
- * has a record: its count (weighted by word frequency, 64-bit) and the list of positions
- * where it starts.  Entries of that list may be stale (the pair is no longer there): a
- * merge checks each one and skips those.
+ * (NONE at the word's ends), and its word's frequency (see Node).  Each pair has a 32-byte
+ * record: its count (weighted by word frequency, 64-bit) and the list of positions where
+ * it starts (two held in place, more allocated).  Entries of that list may be stale (the
+ * pair is no longer there): a merge checks each one and skips those.
  *
  * A merge of (a, b) into z visits only the positions of (a, b), in increasing order, so
  * within a word it replaces non-overlapping occurrences left to right (aaa -> [aa, a]).
@@ -22,7 +22,12 @@
  * the smallest; min-ids: the smallest (id(left), id(right)).  Pairs with the same bytes
  * (a word-end marker spelled like a byte) fall back to the smaller ids.  Counts of existing pairs
  * only fall (only pairs with the new token are born), so invalidation is lazy: a popped
- * entry whose count is stale is pushed back with the current count.
+ * entry whose count is stale is pushed back with the current count.  Rare pairs wait in a
+ * cold list outside the heap (see offer).
+ *
+ * Speed comes from memory access, not arithmetic: a merge prefetches the positions it will
+ * visit, resolves the neighbours' pair records once per merge (see resolve_sides), and the
+ * pair table compares hash tags before touching a record.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
