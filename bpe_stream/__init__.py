@@ -2,13 +2,33 @@
 
 Library entry points: :class:`Tokenizer` (encode/decode, load/save), :func:`train_bpe`
 (CS336 shape), :class:`Store` (the LMDB word-frequency store) and
-:func:`train_from_store`.
+:func:`train_from_store`.  They are imported on first use, so that ``bpe-stream encode``
+does not load the store and trainer modules it never calls.
 """
-
-from .pipeline import train_bpe, train_from_store
-from .store import Store
-from .tokenizer import Tokenizer
-from .trainer import TrainConfig, Trainer
 
 __version__ = "0.1.0"
 __all__ = ["Tokenizer", "Store", "TrainConfig", "Trainer", "train_bpe", "train_from_store", "__version__"]
+
+_LAZY = {
+    "Tokenizer": "tokenizer",
+    "Store": "store",
+    "TrainConfig": "trainer",
+    "Trainer": "trainer",
+    "train_bpe": "pipeline",
+    "train_from_store": "pipeline",
+}
+
+
+def __getattr__(name):
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from importlib import import_module
+
+    value = getattr(import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_LAZY))

@@ -21,14 +21,14 @@ from .estimate import default_budget
 from .counting import count_sources, default_workers, make_runner, make_settings
 from .formats import load_any
 from .formats.native import rules_digest
-from .ids_io import FORMATS, read_ids, write_ids
-from .pipeline import train_from_store
+from .ids_io import FORMATS, check_format, read_ids
 from .pretokenize import PretokenizeError
 from .reader import STDIN, InputError, Source
 from .store import Store, StoreError
 from .tokenizer import TokenizerError
-from .trainer import TrainConfig, TrainError
 
+# The trainer and pipeline modules are imported by the commands that use them: encode and
+# decode start faster without them.  (TrainError is a ValueError: it is caught below.)
 app = typer.Typer(
     add_completion=False,
     no_args_is_help=True,
@@ -36,7 +36,7 @@ app = typer.Typer(
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 
-USER_ERRORS = (StoreError, InputError, TokenizerError, TrainError, PretokenizeError, ValueError)
+USER_ERRORS = (StoreError, InputError, TokenizerError, PretokenizeError, ValueError)
 try:
     import lmdb as _lmdb
 
@@ -204,6 +204,9 @@ def train(
     quiet: bool = QuietOpt,
 ):
     """Learn the merges from the store and write a tokenizer."""
+    from .pipeline import train_from_store
+    from .trainer import TrainConfig
+
     budget = parse_size(max_memory) if max_memory else None
     with user_errors():
         config = TrainConfig(
@@ -274,11 +277,11 @@ def encode(
             raise typer.BadParameter(f"--format must be one of {', '.join(FORMATS)}")
         tok = load_any(tokenizer)
         sources = [Source.from_arg(p) for p in _inputs(paths)]
-        max_id = max(tok.vocab) if tok.vocab else 0
+        check_format(fmt, max(tok.vocab) if tok.vocab else 0)
         with ParallelEncoder(tok, workers) as encoder, _open_output(output) as out:
             for source in sources:
                 with source.reading() as stream:
-                    write_ids(out, encoder.encode_stream(stream, strict=strict_utf8), fmt, max_id)
+                    encoder.write(out, stream, fmt, strict=strict_utf8)
 
 
 @app.command()

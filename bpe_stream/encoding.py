@@ -1,39 +1,79 @@
 """Encoding documents on several processes with exactly the ids of one process.
 
-The parent reads each document, decodes it and cuts it where the pretokens of the parts
-equal the pretokens of the whole (``StreamSplitter(raw=True)``: special tokens and safe
-cuts); workers pretokenize and encode the pieces; the ids come back in order.  With one
-worker everything runs in this process.
+A document is cut where the pretokens of the parts equal the pretokens of the whole, into
+pieces of about ``PIECE_CHARS`` bytes (characters for the pretokenizers whose safe points
+are not byte-level).  Each piece is decoded, split on special tokens, pretokenized,
+encoded *and formatted* (``txt``, ``u16`` or ``u32``) by a worker, which sends back the
+finished output bytes; the parent only reads, cuts and writes, in order.
+
+* Byte-level cuts (``pretokenize.find_byte_cut``: an ASCII space after a non-space, not
+  inside a special token; every named pretokenizer but ``none``): the parent never decodes
+  the text.  A cut before an ASCII byte is never inside a UTF-8 character, so the pieces
+  decode to exactly the text of the whole, invalid bytes included (``surrogateescape``).
+* Otherwise (``none``, ``regex:...``): the parent decodes and cuts with
+  ``StreamSplitter(raw=True)`` and sends text pieces.
+
+With one worker the same pieces are encoded in this process.  The output bytes do not
+depend on the number of workers, the piece size or the read size.
 """
 
 from __future__ import annotations
 
 from array import array
-from typing import BinaryIO, Iterator, List, Optional
+from typing import BinaryIO, Iterator, List, Optional, Tuple
 
-from .pretokenize import StreamSplitter
-from .reader import CHUNK_BYTES, decode_chunks
-from .runner import LocalRunner
+from .ids_io import check_format, format_ids
+from .pretokenize import StreamSplitter, find_byte_cut, splittable
+from .reader import CHUNK_BYTES, InputError, decode_chunks, to_bytes
 from .tokenizer import Tokenizer
 
-PIECE_CHARS = 1 << 22  # text sent to a worker at a time
+PIECE_CHARS = 1 << 20  # bytes (or characters) encoded at a time, by one worker: ~100 tasks per 100 MB
+_IDS = "ids"  # a "format" for encode_stream: native uint32 bytes, made into lists by the parent
 
 _TOKENIZER: Optional[Tokenizer] = None  # the workers' copy, inherited through fork
 
 
-def _encode_items(items) -> array:
-    return array("I", _TOKENIZER.encode_raw_items(items))  # pickles as one buffer
+def _finish(tok: Tokenizer, data: bytes, fmt: str) -> Tuple[bytes, int]:
+    n = len(data) // 4
+    if fmt == _IDS or not n:
+        return data, n
+    return format_ids(data, fmt, tok._max_id), n
+
+
+def _encode_items(items, fmt: str, tok: Optional[Tokenizer] = None) -> Tuple[bytes, int]:
+    """A task: the ids of raw items (``StreamSplitter(raw=True)`` output) in ``fmt``, and
+    how many ids they are.  ``tok``: the encoder's own (in process), else the workers' copy."""
+    tok = _TOKENIZER if tok is None else tok
+    return _finish(tok, tok.encode_raw_items_bytes(items), fmt)
+
+
+def _encode_bytes(data: bytes, offset: int, strict: bool, fmt: str, tok: Optional[Tokenizer] = None) -> Tuple[bytes, int]:
+    """A task: the ids of a piece of a document's bytes (cut at safe points; ``offset`` is
+    where it starts, for the error message) in ``fmt``, and how many ids they are."""
+    tok = _TOKENIZER if tok is None else tok
+    try:
+        text = data.decode("utf-8", "strict" if strict else "surrogateescape")
+    except UnicodeDecodeError as exc:
+        raise InputError(
+            f"invalid UTF-8 at byte offset {offset + exc.start}; drop --strict-utf8 to keep such bytes as they are"
+        ) from None
+    return _finish(tok, tok.encode_text_bytes(text), fmt)
 
 
 class ParallelEncoder:
-    """``encode_stream(stream)`` like ``Tokenizer.encode_stream``, on ``workers`` processes."""
+    """``encode_stream(stream)`` like ``Tokenizer.encode_stream``, and ``write(out, stream,
+    fmt)`` -- the CLI's encode of one document -- on ``workers`` processes."""
 
     def __init__(self, tok: Tokenizer, workers: int):
         global _TOKENIZER
         self.tok = tok
         self.workers = workers
         _TOKENIZER = tok
-        self.runner = LocalRunner(workers) if workers > 1 else None
+        self.runner = None
+        if workers > 1:
+            from .runner import LocalRunner
+
+            self.runner = LocalRunner(workers)
 
     def close(self) -> None:
         if self.runner is not None:
@@ -45,28 +85,115 @@ class ParallelEncoder:
     def __exit__(self, *exc):
         self.close()
 
-    def encode_stream(self, stream: BinaryIO, chunk_bytes: int = CHUNK_BYTES, strict: bool = False) -> Iterator[List[int]]:
-        tok = self.tok
-        if self.runner is None:
-            yield from tok.encode_stream(stream, chunk_bytes, strict)
-            return
-        if tok.doc_start_id is not None:
-            yield [tok.doc_start_id]
-        splitter = StreamSplitter(tok.pretokenizer, tok.splitter, raw=True)
+    def _text_pieces(self, stream: BinaryIO, chunk_bytes: int, strict: bool) -> Iterator[tuple]:
+        """Tasks for any pretokenizer: ``(_encode_items, items)`` with lists of raw items of
+        about ``PIECE_CHARS`` characters, cut by ``StreamSplitter(raw=True)``."""
+        splitter = StreamSplitter(self.tok.pretokenizer, self.tok.splitter, raw=True)
+        limit = PIECE_CHARS
         items: list = []
         size = 0
         for text, _, _, final in decode_chunks(stream, chunk_bytes, strict):
             for item in splitter.feed(text, final=final):
                 items.append(item)
                 size += len(item[1])
-            if size >= PIECE_CHARS:
-                for _, ids in self.runner.submit(_encode_items, (items,), None):
-                    yield ids.tolist()
+            if size >= limit:
+                yield _encode_items, (items,)
                 items, size = [], 0
         if items:
-            for _, ids in self.runner.submit(_encode_items, (items,), None):
+            yield _encode_items, (items,)
+
+    def _byte_pieces(self, stream: BinaryIO, chunk_bytes: int, strict: bool) -> Iterator[tuple]:
+        """Tasks for pretokenizers with byte-level cuts: ``(_encode_bytes, (piece, offset,
+        strict))`` with pieces of about ``PIECE_CHARS`` bytes that end at safe cuts."""
+        tok = self.tok
+        pre = tok.pretokenizer
+        specials = [to_bytes(s) for s in tok.special_ids]
+        back = max([4] + [len(s) for s in specials])
+        limit = max(PIECE_CHARS, 1)
+        read = stream.read
+        buf = bytearray()  # appended to and cut from the front in amortized O(1): text without a cut stays linear
+        offset = 0  # of buf[0] in the document
+        scan = 0  # no cut in buf before this (but for a special that may straddle the end)
+        while True:
+            try:
+                block = read(chunk_bytes)
+            except OSError as exc:
+                raise InputError(f"read failed ({exc.strerror})") from None
+            if not block:
+                break
+            buf += block
+            while len(buf) >= limit:
+                cut = find_byte_cut(buf, max(scan, limit), pre, specials)
+                if cut < 0:
+                    scan = max(scan, len(buf) - back)
+                    break
+                yield _encode_bytes, (bytes(buf[:cut]), offset, strict)
+                del buf[:cut]
+                offset += cut
+                scan = 0
+        if buf:
+            yield _encode_bytes, (bytes(buf), offset, strict)
+
+    def _encoded(self, stream: BinaryIO, fmt: str, chunk_bytes: int, strict: bool) -> Iterator[Tuple[bytes, int]]:
+        """``(output bytes, ids)`` of each piece of the document, in order."""
+        if splittable(self.tok.pretokenizer):
+            tasks = self._byte_pieces(stream, chunk_bytes, strict)
+        else:
+            tasks = self._text_pieces(stream, chunk_bytes, strict)
+        if self.runner is None:
+            tok = self.tok
+            for fn, args in tasks:
+                yield fn(*args, fmt, tok)
+            return
+        runner = self.runner
+        try:
+            for fn, args in tasks:
+                for _, result in runner.submit(fn, (*args, fmt), None):
+                    yield result
+            for _, result in runner.drain():
+                yield result
+        except BaseException:  # an error, or a reader that stopped: the next document must not get these results
+            runner.pending.clear()
+            raise
+
+    def encode_stream(self, stream: BinaryIO, chunk_bytes: int = CHUNK_BYTES, strict: bool = False) -> Iterator[List[int]]:
+        """Batches of ids of one document (a binary stream), as ``Tokenizer.encode_stream``."""
+        tok = self.tok
+        if tok.doc_start_id is not None:
+            yield [tok.doc_start_id]
+        for data, n in self._encoded(stream, _IDS, chunk_bytes, strict):
+            if n:
+                ids = array("I")
+                ids.frombytes(data)
                 yield ids.tolist()
-        for _, ids in self.runner.drain():
-            yield ids.tolist()
         if tok.doc_end_id is not None:
             yield [tok.doc_end_id]
+
+    def write(self, out: BinaryIO, stream: BinaryIO, fmt: str, chunk_bytes: int = CHUNK_BYTES, strict: bool = False) -> int:
+        """Writes the ids of one document (a binary stream) to ``out`` in ``fmt``: exactly
+        the bytes of ``ids_io.write_ids`` over ``encode_stream``.  Returns the number of ids."""
+        tok = self.tok
+        max_id = tok._max_id
+        check_format(fmt, max_id)
+        txt = fmt == "txt"
+        written = 0
+        sep = b""
+        if tok.doc_start_id is not None:
+            out.write(format_ids(array("I", [tok.doc_start_id]).tobytes(), fmt, max_id))
+            written, sep = 1, b" "
+        for data, n in self._encoded(stream, fmt, chunk_bytes, strict):
+            if not n:
+                continue
+            if txt and sep:
+                out.write(sep)
+            out.write(data)
+            written += n
+            sep = b" "
+        if tok.doc_end_id is not None:
+            if txt and sep:
+                out.write(sep)
+            out.write(format_ids(array("I", [tok.doc_end_id]).tobytes(), fmt, max_id))
+            written += 1
+        if txt:
+            out.write(b"\n")
+        return written

@@ -23,29 +23,78 @@ def _check_typecodes() -> None:
 _check_typecodes()
 
 
-def write_ids(out: BinaryIO, batches: Iterable[List[int]], fmt: str, max_id: int) -> int:
-    """Writes every batch; returns how many ids were written.  A ``txt`` document ends with a newline."""
+_LITTLE = sys.byteorder == "little"
+_ID_TEXTS: List[str] = []  # str(i) for every id seen so far: formatting by table, not by int -> str
+
+
+def check_format(fmt: str, max_id: int) -> None:
+    """The error for ids that ``fmt`` cannot hold, before anything is written."""
     if fmt == "u16" and max_id > 0xFFFF:
         raise TokenizerError(f"--format u16 holds ids up to 65535 but this vocabulary reaches {max_id}; use --format u32")
+
+
+def id_texts(max_id: int) -> List[str]:
+    """The decimal text of every id up to ``max_id`` (a shared table; built once per process)."""
+    table = _ID_TEXTS
+    if len(table) <= max_id:
+        table.extend(map(str, range(len(table), max_id + 1)))
+    return table
+
+
+def format_ids(data, fmt: str, max_id: int) -> bytes:
+    """``data``: ids as native-order uint32 (``bytes`` from the C encoder, an ``array('I')``);
+    returns them in ``fmt`` -- ``txt`` ids separated by single spaces (no newline), or
+    the little-endian ``u16``/``u32`` array.  ``max_id`` bounds the ids (``check_format``
+    was called with it)."""
+    if fmt == "u32":
+        if _LITTLE:
+            return data if type(data) is bytes else bytes(data)
+        arr = array("I", bytes(data))  # pragma: no cover - big-endian hosts
+        arr.byteswap()
+        return arr.tobytes()
+    raw = data if type(data) is bytes else bytes(data)
+    if fmt == "u16":
+        if _LITTLE:  # the two low bytes of each little-endian uint32
+            n = len(raw) // 4
+            if raw[2::4].count(0) != n or raw[3::4].count(0) != n:
+                raise OverflowError("an id above 65535 cannot be written as u16")
+            out = bytearray(2 * n)
+            out[0::2] = raw[0::4]
+            out[1::2] = raw[1::4]
+            return bytes(out)
+        arr = array("H", memoryview(raw).cast("I"))  # pragma: no cover - big-endian hosts
+        arr.byteswap()
+        return arr.tobytes()
+    if fmt != "txt":
+        raise ValueError(f"unknown ids format {fmt!r}")
+    if not raw:
+        return b""
+    ids = memoryview(raw).cast("I")
+    try:
+        return " ".join(map(id_texts(max_id).__getitem__, ids)).encode("ascii")
+    except IndexError:  # an id above max_id: not from this tokenizer, but write it anyway
+        return " ".join(map(str, ids)).encode("ascii")
+
+
+def write_ids(out: BinaryIO, batches: Iterable, fmt: str, max_id: int) -> int:
+    """Writes every batch (lists or arrays of ids, or native-order uint32 ``bytes``) as one
+    document; returns how many ids were written.  A ``txt`` document ends with a newline."""
+    check_format(fmt, max_id)
     written = 0
-    if fmt == "txt":
-        first = True
-        for ids in batches:
-            if not ids:
-                continue
-            text = " ".join(map(str, ids))
-            out.write((text if first else " " + text).encode("ascii"))
-            first = False
-            written += len(ids)
-        out.write(b"\n")
-        return written
-    code = _TYPECODES[fmt]
+    first = True
     for ids in batches:
-        arr = array(code, ids)
-        if sys.byteorder != "little":  # pragma: no cover
-            arr.byteswap()
-        out.write(arr.tobytes())
-        written += len(ids)
+        if type(ids) is not bytes:
+            ids = ids.tobytes() if isinstance(ids, array) and ids.typecode == "I" else array("I", ids).tobytes()
+        if not ids:
+            continue
+        data = format_ids(ids, fmt, max_id)
+        if fmt == "txt" and not first:
+            out.write(b" ")
+        out.write(data)
+        first = False
+        written += len(ids) // 4
+    if fmt == "txt":
+        out.write(b"\n")
     return written
 
 

@@ -3,16 +3,22 @@
 Owns the id tables of a trained (or loaded) byte-level BPE: which id each byte has, the
 merge ranks, the special tokens and their ids, the word-end marker and document
 boundaries, and a bounded cache pretoken -> ids.  Encoding splits special tokens first
-(longest match), pretokenizes the rest, and encodes each pretoken by merge rank
-(``bpe.encode_by_rank``).  Streams are split with ``pretokenize.StreamSplitter``, so any
-chunking gives the ids of the whole.  Reading and writing files is left to ``formats``.
+(longest match), pretokenizes the rest (``gpt2`` through :func:`gpt2_split`, which gives
+the same pretokens faster), and encodes each pretoken by merge rank (the C encoder, or
+``bpe.encode_by_rank``).  Streams are split with ``pretokenize.StreamSplitter``, so any
+chunking gives the ids of the whole.  ``encode_text_bytes`` and ``encode_raw_items_bytes``
+return the ids as native uint32 ``bytes`` (no list of ints: what the CLI writes).
+Reading and writing files is left to ``formats``.
 """
 
 from __future__ import annotations
 
+import re as _re
+from array import array
+from itertools import compress
 from typing import BinaryIO, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
-from array import array
+import regex
 
 from .bpe import PAIR_SHIFT, encode_by_rank
 
@@ -20,12 +26,63 @@ try:  # the C encoder (bpe_stream/_fastbpe.c); the Python loop below is the refe
     from . import _fastbpe
 except ImportError:  # pragma: no cover - depends on the build
     _fastbpe = None
-from .pretokenize import Pretokenizer, SpecialSplitter, StreamSplitter
+from .pretokenize import GPT2_PATTERN, Pretokenizer, SpecialSplitter, StreamSplitter
 from .reader import CHUNK_BYTES, decode_chunks, to_bytes
 
 CACHE_ENTRIES = 1 << 17
 COALESCE_CHARS = 1 << 16
 SYMBOL_ROLES = ("special", "end_of_word", "doc_start", "doc_end")
+
+# -- gpt2 pretokens, faster ------------------------------------------------------------------
+# Pretokenizing is most of the encoding time, and Python's ``re`` runs gpt2's pattern about
+# twice as fast as ``regex`` -- but ``re`` has no \p{L} or \p{N}.  On ASCII text the pattern
+# below is gpt2's exactly: there ``regex``'s \p{L}, \p{N} and \s are [A-Za-z], [0-9] and
+# [\t\n\v\f\r ] (checked when first used).  Text that is not all ASCII is cut at gpt2's
+# safe cuts (a space after a non-space, as ``pretokenize.safe_cut``) around each stretch
+# of non-ASCII characters less than ``_ISLAND_GAP`` apart; those stretches go to ``regex``
+# (so mostly non-ASCII text is one stretch: no slower), the ASCII runs between them to ``re``.
+_GPT2_SOURCE = r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
+_GPT2_ASCII = _re.compile(r"""'(?:[sdmt]|ll|ve|re)| ?[A-Za-z]+| ?[0-9]+| ?[^\sA-Za-z0-9]+|\s+(?!\S)|\s+""", _re.ASCII)
+_ISLAND_GAP = 64  # about where a separate ``regex`` call (~3 us) costs what ``re`` saves on the gap
+_ISLAND = _re.compile(rf"[^\x00-\x7f]+(?:[\x00-\x7f]{{1,{_ISLAND_GAP}}}[^\x00-\x7f]+)*")
+_LAST_CUT = regex.compile(r"(?r)(?<=\S)\s")  # searched backwards: the last cut in a range
+_NEXT_CUT = regex.compile(r"(?<=\S)\s")
+_GPT2_FINDALL = regex.compile(GPT2_PATTERN).findall
+_ascii_exact: Optional[bool] = None
+
+
+def _ascii_classes_agree() -> bool:
+    global _ascii_exact
+    if _ascii_exact is None:
+        want = [(r"\p{L}", r"[A-Za-z]"), (r"\p{N}", r"[0-9]"), (r"\s", r"\s")]
+        _ascii_exact = GPT2_PATTERN == _GPT2_SOURCE and all(
+            bool(regex.match(u, chr(c))) == bool(_re.match(a, chr(c), _re.ASCII)) for u, a in want for c in range(128)
+        )
+    return _ascii_exact
+
+
+def gpt2_split(text: str) -> List[str]:
+    """``Pretokenizer.from_name("gpt2").split(text)``, faster on mostly-ASCII text."""
+    if text.isascii():
+        return _GPT2_ASCII.findall(text)
+    ascii_findall, find_island = _GPT2_ASCII.findall, _ISLAND.search
+    last_cut, next_cut = _LAST_CUT.search, _NEXT_CUT.search
+    out: List[str] = []
+    pos, end = 0, len(text)
+    while pos < end:
+        m = find_island(text, pos)
+        if m is None:
+            out += ascii_findall(text, pos)
+            break
+        cut = last_cut(text, pos, m.start() + 1)  # the word holding the first non-ASCII character starts here ...
+        start = cut.start() if cut is not None and cut.start() > pos else pos
+        cut = next_cut(text, m.end())  # ... and the word holding the last one ends here
+        stop = cut.start() if cut is not None else end
+        if start > pos:
+            out += ascii_findall(text, pos, start)  # (pos, endpos: as if the text were cut there)
+        out += _GPT2_FINDALL(text[start:stop])
+        pos = stop
+    return out
 
 
 class TokenizerError(ValueError):
@@ -49,7 +106,7 @@ class Tokenizer:
         tie_break: Optional[str] = None,
     ):
         self.vocab = dict(vocab)
-        self.merges = [tuple(m) for m in merges]
+        self.merges = list(map(tuple, merges))
         self.symbols = [tuple(s) for s in symbols]
         self.tie_break = tie_break
         self.pretokenizer = Pretokenizer.from_name(pretokenizer)
@@ -76,9 +133,10 @@ class Tokenizer:
             else:
                 self.doc_end_id = sid
         byte_ids = {}
-        for tid, data in vocab.items():
-            if len(data) == 1 and tid not in symbol_ids:
-                byte_ids.setdefault(data[0], tid)
+        # The one-byte tokens, in vocabulary order (C-level filter: the vocabulary is large).
+        for tid in compress(vocab, map((1).__eq__, map(len, vocab.values()))):
+            if tid not in symbol_ids:
+                byte_ids.setdefault(vocab[tid][0], tid)
         missing = [b for b in range(256) if b not in byte_ids]
         if missing:
             raise TokenizerError(
@@ -86,18 +144,13 @@ class Tokenizer:
             )
         self.byte_ids = [byte_ids[b] for b in range(256)]
         self._native_bytes = all(self.byte_ids[b] == b for b in range(256))
-        ranks: Dict[int, Tuple[int, int]] = {}
+        self._check_merges()
+        self._ranks: Optional[Dict[int, Tuple[int, int]]] = None  # built on first use (``ranks``)
         marker_ends = set([self.marker_id]) if self.marker_id is not None else set()
-        for rank, (left, right, new) in enumerate(self.merges):
-            for t in (left, right, new):
-                if t not in vocab:
-                    raise TokenizerError(f"merge {rank} uses id {t}, which is not in the vocabulary")
-            if vocab[left] + vocab[right] != vocab[new]:
-                raise TokenizerError(f"merge {rank}: the bytes of {new} are not those of {left} followed by {right}")
-            ranks.setdefault((left << PAIR_SHIFT) | right, (rank, new))
-            if right in marker_ends:
-                marker_ends.add(new)
-        self.ranks = ranks
+        if marker_ends:
+            for left, right, new in self.merges:
+                if right in marker_ends:
+                    marker_ends.add(new)
         # What each id decodes to: special tokens as their text, boundaries as nothing,
         # the word-end marker (alone or ending a merged token) as one space.
         out = dict(vocab)
@@ -115,15 +168,43 @@ class Tokenizer:
             raise TokenizerError(
                 f"the ids reach {self._max_id} for {len(vocab)} tokens; a tokenizer's ids must be (nearly) dense"
             )
-        self._dense = [out.get(i) for i in range(self._max_id + 1)]
+        self._dense = list(map(out.get, range(self._max_id + 1)))
         self.splitter = SpecialSplitter(list(self.special_ids))
+        # pretokens of special-free text, as ``self.pretokenizer.split`` gives them
+        self._split = gpt2_split if self.pretokenizer.name == "gpt2" and _ascii_classes_agree() else self.pretokenizer.split
+        self._special_bytes = {text: array("I", [sid]).tobytes() for text, sid in self.special_ids.items()}
         self._cache: Dict[str, List[int]] = {}
         self._encoder = None
         if _fastbpe is not None:
             self._encoder = _fastbpe.Encoder(
-                [tuple(m) for m in self.merges], list(self.byte_ids),
-                -1 if self.marker_id is None else self.marker_id, CACHE_ENTRIES,
+                self.merges, list(self.byte_ids), -1 if self.marker_id is None else self.marker_id, CACHE_ENTRIES,
             )
+
+    def _check_merges(self) -> None:
+        """Every merge joins two tokens of the vocabulary into the token of their bytes
+        (one tight pass; when it fails, a second one finds and names the first bad merge)."""
+        vocab, merges = self.vocab, self.merges
+        try:
+            if not [1 for left, right, new in merges if vocab[left] + vocab[right] != vocab[new]]:
+                return
+        except (KeyError, TypeError, ValueError):
+            pass
+        for rank, (left, right, new) in enumerate(merges):
+            for t in (left, right, new):
+                if t not in vocab:
+                    raise TokenizerError(f"merge {rank} uses id {t}, which is not in the vocabulary")
+            if vocab[left] + vocab[right] != vocab[new]:
+                raise TokenizerError(f"merge {rank}: the bytes of {new} are not those of {left} followed by {right}")
+
+    @property
+    def ranks(self) -> Dict[int, Tuple[int, int]]:
+        """Packed pair -> ``(rank, new id)``, the first merge of each pair (for ``bpe.encode_by_rank``)."""
+        if self._ranks is None:
+            ranks: Dict[int, Tuple[int, int]] = {}
+            for rank, (left, right, new) in enumerate(self.merges):
+                ranks.setdefault((left << PAIR_SHIFT) | right, (rank, new))
+            self._ranks = ranks
+        return self._ranks
 
     @property
     def vocab_size(self) -> int:
@@ -178,9 +259,44 @@ class Tokenizer:
                 cache[piece] = ids
             out.extend(ids)
 
-    def _encode_items(self, items, out: List[int]) -> None:
+    def _pretoken_ids(self, pieces: List[str]) -> bytes:
+        """The ids of ``pieces`` as native-order uint32 ``bytes`` (what the C encoder returns)."""
+        if self._encoder is not None:
+            return self._encoder.encode(pieces)
+        out: List[int] = []
+        self._encode_pretokens(pieces, out)
+        return array("I", out).tobytes()
+
+    def encode_raw_items_bytes(self, items) -> bytes:
+        """:meth:`encode_raw_items` as native-order uint32 ``bytes``: no list of ints is made."""
+        split = self._split
+        specials = self._special_bytes
+        parts = []
         for kind, value in items:
-            if kind == "pretokens":
+            if kind == "special":
+                parts.append(specials[value])
+            else:
+                parts.append(self._pretoken_ids(split(value)))
+        return b"".join(parts)
+
+    def encode_text_bytes(self, text: str) -> bytes:
+        """The ids of ``text`` as native-order uint32 ``bytes``, special tokens recognised,
+        without the document boundaries: a safe piece of a document (or a whole one)."""
+        split = self._split
+        if self.splitter.regex is None:
+            return self._pretoken_ids(split(text)) if text else b""
+        specials = self._special_bytes
+        parts = []
+        for is_special, piece in self.splitter.split(text):
+            parts.append(specials[piece] if is_special else self._pretoken_ids(split(piece)))
+        return b"".join(parts)
+
+    def _encode_items(self, items, out: List[int]) -> None:
+        """Appends the ids of ``StreamSplitter`` items (``raw`` or not) to ``out``."""
+        for kind, value in items:
+            if kind == "text":
+                self._encode_pretokens(self._split(value), out)
+            elif kind == "pretokens":
                 self._encode_pretokens(value, out)
             else:
                 out.append(self.special_ids[value])
@@ -193,19 +309,16 @@ class Tokenizer:
             if kind == "special":
                 out.append(self.special_ids[value])
             else:
-                self._encode_pretokens(self.pretokenizer.split(value), out)
+                self._encode_pretokens(self._split(value), out)
         return out
 
     def encode(self, text: str) -> List[int]:
         """The ids of ``text`` (one document); special tokens in it are recognised."""
-        out: List[int] = []
+        ids = array("I")
+        ids.frombytes(self.encode_text_bytes(text))  # one list at the end, not one per piece
+        out = ids.tolist()
         if self.doc_start_id is not None:
-            out.append(self.doc_start_id)
-        for is_special, piece in self.splitter.split(text):
-            if is_special:
-                out.append(self.special_ids[piece])
-            else:
-                self._encode_pretokens(self.pretokenizer.split(piece), out)
+            out.insert(0, self.doc_start_id)
         if self.doc_end_id is not None:
             out.append(self.doc_end_id)
         return out
@@ -220,7 +333,7 @@ class Tokenizer:
         """Like :meth:`encode_iterable` but yields lists of ids, one per decided piece.
         Small chunks (a file's lines) are gathered up to ``COALESCE_CHARS`` first: the ids
         do not depend on the chunking, and one feed per line costs more than the encoding."""
-        stream = StreamSplitter(self.pretokenizer, self.splitter)
+        stream = StreamSplitter(self.pretokenizer, self.splitter, raw=True)  # pretokenized here: self._split
         if self.doc_start_id is not None:
             yield [self.doc_start_id]
         pending: List[str] = []

@@ -309,7 +309,7 @@ def test_train_resume_with_a_higher_min_count_equals_a_clean_run(cli, tmp_path, 
 # -- outputs: never half a file -------------------------------------------------------------
 def test_encode_output_killed_at_random_moments_is_old_or_whole(tmp_path, train_base, corpus_files):
     _, ref = train_base
-    text = b"".join(corpus_files.values())
+    text = b"".join(corpus_files.values()) * 4  # 4.4 MB: the encode must still be running at the kill
     src = tmp_path / "in.txt"
     src.write_bytes(text)
     out = tmp_path / "ids.txt"
@@ -320,7 +320,11 @@ def test_encode_output_killed_at_random_moments_is_old_or_whole(tmp_path, train_
     for _ in range(1):
         out.write_bytes(b"1 2 3\n")
         proc = H.start(Cmd("encode", "-t", ref, "-o", out, src), tmp_path)
-        assert H.kill_after(proc, rng.uniform(0.3, 0.9)), "encode ended before the kill"
+        # a random moment once the temporary output exists: while the ids are being written
+        def writing():
+            return any(p.name.endswith(".tmp") for p in tmp_path.iterdir())
+
+        assert H.kill_when(proc, writing, rng.uniform(0.0, 0.3)), "encode ended before the kill"
         # the old file, or the whole new one if the kill came after the rename
         assert out.read_bytes() in (b"1 2 3\n", whole)
         leftovers = [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")]

@@ -9,6 +9,7 @@ rank order.  Loading checks every field and gives one clear error for anything e
 from __future__ import annotations
 
 import json
+from itertools import chain
 from typing import Any
 
 from ..atomic import atomic_write
@@ -46,6 +47,33 @@ def _fail(what: str):
     raise TokenizerError(f"the tokenizer file is damaged: {what}; re-create it with 'bpe-stream train' or 'export'")
 
 
+def _fast_vocab(raw_vocab: list):
+    """``{id: bytes}`` of a well-formed vocab list (``[[id, hex], ...]``, ids >= 0) with
+    C-level checks, or None when any entry is not: the caller then checks entry by entry."""
+    if not raw_vocab:
+        return {}
+    if set(map(type, raw_vocab)) != {list} or set(map(len, raw_vocab)) != {2}:
+        return None
+    ids = [e[0] for e in raw_vocab]
+    hexes = [e[1] for e in raw_vocab]
+    if set(map(type, ids)) != {int} or set(map(type, hexes)) != {str} or min(ids) < 0:
+        return None
+    try:
+        return dict(zip(ids, map(bytes.fromhex, hexes)))
+    except ValueError:
+        return None
+
+
+def _int_triples(merges: list) -> bool:
+    """Whether ``merges`` is a list of ``[int, int, int]`` lists (C-level checks; False
+    may still be fine, e.g. for bools, and is then checked one by one)."""
+    return not merges or (
+        set(map(type, merges)) == {list}
+        and set(map(len, merges)) == {3}
+        and set(map(type, chain.from_iterable(merges))) == {int}
+    )
+
+
 def from_document(doc: dict) -> Tokenizer:
     version = doc.get("version")
     if not isinstance(version, int):
@@ -57,23 +85,25 @@ def from_document(doc: dict) -> Tokenizer:
     pre = doc.get("pretokenizer")
     if not isinstance(pre, dict) or not isinstance(pre.get("name"), str):
         _fail("no pretokenizer")
-    vocab = {}
     raw_vocab = doc.get("vocab")
     if not isinstance(raw_vocab, list):
         _fail("no vocab list")
-    for entry in raw_vocab:
-        if not (isinstance(entry, list) and len(entry) == 2 and isinstance(entry[0], int) and isinstance(entry[1], str)):
-            _fail(f"vocab entry {str(entry)[:40]} is not [id, hex]")
-        try:
-            vocab[entry[0]] = bytes.fromhex(entry[1])
-        except ValueError:
-            _fail(f"vocab entry {entry[0]} is not hex")
-        if entry[0] < 0:
-            _fail(f"negative id {entry[0]}")
+    vocab = _fast_vocab(raw_vocab)
+    if vocab is None:  # entry by entry, to name the first bad one
+        vocab = {}
+        for entry in raw_vocab:
+            if not (isinstance(entry, list) and len(entry) == 2 and isinstance(entry[0], int) and isinstance(entry[1], str)):
+                _fail(f"vocab entry {str(entry)[:40]} is not [id, hex]")
+            try:
+                vocab[entry[0]] = bytes.fromhex(entry[1])
+            except ValueError:
+                _fail(f"vocab entry {entry[0]} is not hex")
+            if entry[0] < 0:
+                _fail(f"negative id {entry[0]}")
     merges = doc.get("merges")
-    if not isinstance(merges, list) or not all(
+    if not isinstance(merges, list) or not (_int_triples(merges) or all(
         isinstance(m, list) and len(m) == 3 and all(isinstance(x, int) for x in m) for m in merges
-    ):
+    )):
         _fail("merges are not [left, right, new] id triples")
     symbols = doc.get("symbols", [])
     if not isinstance(symbols, list) or not all(
