@@ -209,6 +209,17 @@ static void occ_release(OccList *l) {
     l->owned = NULL;
 }
 
+/* Makes room for one more item in a growable array (doubling from `first`); -1 when out of memory. */
+static int grow_for_one(void **data, uint64_t len, uint64_t *cap, size_t item, uint64_t first) {
+    if (len < *cap) return 0;
+    uint64_t n = *cap ? *cap * 2 : first;
+    void *d = realloc(*data, n * item);
+    if (!d) return -1;
+    *data = d;
+    *cap = n;
+    return 0;
+}
+
 static inline uint64_t hash64(uint64_t x) {
     x ^= x >> 33;
     x *= 0xff51afd7ed558ccdull;
@@ -330,13 +341,7 @@ static void sift_up(State *s, uint64_t i) {
 }
 
 static int heap_push(State *s, int64_t count, uint32_t rec) {
-    if (s->heap_len == s->heap_cap) {
-        uint64_t cap = s->heap_cap ? s->heap_cap * 2 : 1024;
-        HeapEntry *d = (HeapEntry *)realloc(s->heap, cap * sizeof(HeapEntry));
-        if (!d) return -1;
-        s->heap = d;
-        s->heap_cap = cap;
-    }
+    if (grow_for_one((void **)&s->heap, s->heap_len, &s->heap_cap, sizeof(HeapEntry), 1024) < 0) return -1;
     s->heap[s->heap_len].count = count;
     s->heap[s->heap_len].key = s->recs[rec].key;
     s->heap[s->heap_len].rec = rec;
@@ -358,13 +363,7 @@ static void heap_pop(State *s) {
  * and moves the cold pairs that reach it into the heap. */
 static int offer(State *s, int64_t count, uint32_t rec) {
     if (count >= s->cold_below) return heap_push(s, count, rec);
-    if (s->n_cold == s->cap_cold) {
-        uint64_t cap = s->cap_cold ? s->cap_cold * 2 : 1024;
-        uint32_t *d = (uint32_t *)realloc(s->cold, cap * sizeof(uint32_t));
-        if (!d) return -1;
-        s->cold = d;
-        s->cap_cold = cap;
-    }
+    if (grow_for_one((void **)&s->cold, s->n_cold, &s->cap_cold, sizeof(uint32_t), 1024) < 0) return -1;
     s->cold[s->n_cold++] = rec;
     return 0;
 }
@@ -555,13 +554,7 @@ static uint32_t side_entry(Side *sd, uint32_t key) {
 }
 
 static int pend_push(State *s, uint32_t entry, uint32_t pos) {
-    if (s->n_pend == s->cap_pend) {
-        uint64_t cap = s->cap_pend ? s->cap_pend * 2 : 4096;
-        Pending *d = (Pending *)realloc(s->pend, cap * sizeof(Pending));
-        if (!d) return -1;
-        s->pend = d;
-        s->cap_pend = cap;
-    }
+    if (grow_for_one((void **)&s->pend, s->n_pend, &s->cap_pend, sizeof(Pending), 4096) < 0) return -1;
     s->pend[s->n_pend].entry = entry;
     s->pend[s->n_pend].pos = pos;
     s->n_pend++;

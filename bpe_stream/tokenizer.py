@@ -26,7 +26,7 @@ try:  # the C encoder (bpe_stream/_fastbpe.c); the Python loop below is the refe
     from . import _fastbpe
 except ImportError:  # pragma: no cover - depends on the build
     _fastbpe = None
-from .pretokenize import GPT2_PATTERN, Pretokenizer, SpecialSplitter, StreamSplitter
+from .pretokenize import ASCII_PATTERNS, GPT2_PATTERN, Pretokenizer, SpecialSplitter, StreamSplitter
 from .reader import CHUNK_BYTES, decode_chunks, to_bytes
 
 CACHE_ENTRIES = 1 << 17
@@ -42,7 +42,7 @@ SYMBOL_ROLES = ("special", "end_of_word", "doc_start", "doc_end")
 # of non-ASCII characters less than ``_ISLAND_GAP`` apart; those stretches go to ``regex``
 # (so mostly non-ASCII text is one stretch: no slower), the ASCII runs between them to ``re``.
 _GPT2_SOURCE = r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
-_GPT2_ASCII = _re.compile(r"""'(?:[sdmt]|ll|ve|re)| ?[A-Za-z]+| ?[0-9]+| ?[^\sA-Za-z0-9]+|\s+(?!\S)|\s+""", _re.ASCII)
+_GPT2_ASCII = _re.compile(ASCII_PATTERNS["gpt2"])  # gpt2's matches on ASCII text
 _ISLAND_GAP = 64  # about where a separate ``regex`` call (~3 us) costs what ``re`` saves on the gap
 _ISLAND = _re.compile(rf"[^\x00-\x7f]+(?:[\x00-\x7f]{{1,{_ISLAND_GAP}}}[^\x00-\x7f]+)*")
 _LAST_CUT = regex.compile(r"(?r)(?<=\S)\s")  # searched backwards: the last cut in a range

@@ -103,9 +103,15 @@ def _kill_rounds(cmd, cwd, store, total, rng, rounds, prefix_oracle):
     return seen
 
 
-def _feed(proc, data):
+def _feed(proc, data, held_back=0, release=None):
+    """Writes ``data`` to the process's stdin; with ``release``, the last ``held_back`` bytes wait
+    until that event is set, so the process cannot finish the input before the test kills it."""
     try:
-        proc.stdin.write(data)
+        proc.stdin.write(data[:len(data) - held_back])
+        proc.stdin.flush()
+        if release is not None:
+            release.wait()
+        proc.stdin.write(data[len(data) - held_back:])
         proc.stdin.close()
     except (BrokenPipeError, ValueError, OSError):
         pass
@@ -178,19 +184,27 @@ def test_count_kill9_while_the_store_is_being_created(tmp_path, moment):
 def test_stdin_kill9_keeps_exactly_the_committed_batches(tmp_path, corpus_files):
     """Stdin cannot be replayed: what a killed run committed stays (whole batches, each a
     prefix of the input cut at a safe point), no file record claims more."""
-    data = b"".join(list(corpus_files.values())[:2])
+    data = b"".join(corpus_files.values())
     store = tmp_path / "store"
+    # 32 kB pieces: the pool (2 workers, up to 4 pieces in flight) hands results back while
+    # later pieces are submitted, so most of what was fed gets committed before the kill
     cmd = Cmd("count", "--store", store, "--special-token", EOT, "--max-memory", "1M", "-w", "2", "-",
-              knobs={"range_bytes": 64 << 10, "chunk_bytes": 32 << 10})
+              knobs={"range_bytes": 32 << 10, "chunk_bytes": 16 << 10})
     rng = H.seeded(5)
     kept = []
     expected: Counter = Counter()
     for _ in range(2):
         before = max(0, H.committed(store))
         proc = H.start(cmd, tmp_path, stdin=subprocess.PIPE)
-        threading.Thread(target=_feed, args=(proc, data), daemon=True).start()
-        target = before + rng.uniform(1, len(data) * 0.7)
-        assert H.kill_when(proc, lambda target=target: H.committed(store) >= target, jitter=rng.uniform(0, 0.02))
+        # the last 20% is held back until the kill: on a fast machine the whole input would
+        # otherwise be counted before the first poll sees a commit
+        release = threading.Event()
+        threading.Thread(target=_feed, args=(proc, data, len(data) // 5, release), daemon=True).start()
+        target = before + rng.uniform(1, len(data) * 0.4)
+        try:
+            assert H.kill_when(proc, lambda target=target: H.committed(store) >= target, jitter=rng.uniform(0, 0.02))
+        finally:
+            release.set()
         snap = H.snapshot(store)
         H.check_totals_agree(snap)
         assert snap["sources"] == {}, "stdin has no file record"
@@ -202,7 +216,7 @@ def test_stdin_kill9_keeps_exactly_the_committed_batches(tmp_path, corpus_files)
         specials = sum(H.oracle([data[:k]])[1] for k in kept)
         finished = sum(k == len(data) for k in kept)  # killed after its last batch
         assert snap["totals"]["specials"] == specials and snap["totals"]["documents"] == specials + finished
-    assert any(k < len(data) for k in kept), f"no kill landed in the middle of stdin: {kept}"
+    assert all(k < len(data) for k in kept), f"a kill landed after the end of stdin: {kept}"
     # a later, whole run of stdin adds exactly the whole input on top
     before = H.snapshot(store)
     ok(H.run(cmd, tmp_path, input=data))
