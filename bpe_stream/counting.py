@@ -514,18 +514,11 @@ def count_sources(
         nonlocal batch
         current, batch = batch, _Batch()
 
-        def txn_fn(txn):
-            store.settings_in(txn, settings)
-            for key, record in current.sources.items():
-                store.put_source(txn, key, record)
-            counter = current.counter  # bytes keys (from count_range and _count_pieces)
-            keys = sorted(counter)
-            new, new_bytes = store.add_counts(txn, zip(keys, map(counter.__getitem__, keys)))
-            store.bump_totals(txn, dict(current.totals, unique=new, unique_bytes=new_bytes))
-            return new
-
         if current.counter or current.sources or any(current.totals.values()):
-            summary.new_unique += store.write(txn_fn)
+            # bytes keys (from count_range and _count_pieces); settings recorded with the first batch
+            summary.new_unique += store.add_batch(
+                current.counter, current.sources, current.totals, before=lambda txn: store.settings_in(txn, settings)
+            )
             store.remap()
         for key in ("bytes", "documents", "pretokens"):
             setattr(summary, key, getattr(summary, key) + current.totals[key])

@@ -37,6 +37,8 @@ _GPT2 = regex.compile(GPT2_PATTERN)
 #   committed in several batches and a kill can cut it in the middle; ``chunk_bytes``: reads of
 #   that many bytes instead of 1 MiB (stdin is cut into pieces only between reads);
 # * ``initial_map``: the store's first LMDB map size, so that the map has to grow;
+# * ``stage_chunk_keys``: batches over that many keys are staged and applied one chunk of
+#   keys per transaction (the library's ``store.STAGE_CHUNK_KEYS``), so kills land in there;
 # * ``write_delay``: seconds to sleep after each committed store transaction (a slow disk), so
 #   that readers started while a count runs really do meet it running;
 # * ``open_delay``: seconds to sleep right after each ``lmdb.open`` (a slow open), so that
@@ -61,6 +63,8 @@ for knob in ("range_bytes", "chunk_bytes"):
         counting.count_sources.__kwdefaults__[knob] = knobs[knob]
 if "initial_map" in knobs:
     store._INITIAL_MAP_SIZE = knobs["initial_map"]
+if "stage_chunk_keys" in knobs:
+    store.STAGE_CHUNK_KEYS = knobs["stage_chunk_keys"]
 if "write_delay" in knobs:
     _write = store.Store.write
     def slow_write(self, fn):

@@ -362,3 +362,113 @@ def test_strict_utf8_names_the_file_offset(tmp_path, store_dir, workers):
     path.write_bytes(data)
     with pytest.raises(InputError, match=r"offset 2000\b"):
         _count(store_dir, [path], GPT2, strict_utf8=True, range_bytes=300, workers=workers, chunk_bytes=7)
+
+
+# -- large batches: staged, then applied one key range per transaction ----------------------
+def _snapshot(path):
+    with Store.open(path, readonly=True) as st_, st_.reader() as txn:
+        return all_words(st_), st_.totals(txn), dict(st_.iter_sources(txn)), st_.has_staged_batch()
+
+
+_pretokens = st.binary(min_size=1, max_size=12) | st.binary(min_size=500, max_size=520)  # some past LMDB's key limit
+_batches = st.lists(st.dictionaries(_pretokens, st.integers(1, 2**40), max_size=40), min_size=1, max_size=4)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(batches=_batches, chunk_keys=st.integers(1, 7), stop_after=st.integers(0, 12), data=st.data())
+def test_staged_batches_equal_whole_ones_even_when_cut_off(tmp_path, monkeypatch, batches, chunk_keys, stop_after, data):
+    """A batch over STAGE_CHUNK_KEYS keys is staged and applied chunk by chunk; cut off after
+    any number of chunks (a kill), the next open -- read-only or not -- finishes it, and the
+    store equals one where every batch went in as one transaction."""
+    base = Path(tempfile.mkdtemp(dir=tmp_path))
+    whole, staged = base / "whole", base / "staged"
+    with Store.open(whole, create=True) as st_:
+        st_.ensure_settings(GPT2)
+        for i, counts in enumerate(batches):
+            st_.add_batch(counts, {b"src": {"offset": i}}, {"bytes": 10, "pretokens": sum(counts.values())})
+    expected = _snapshot(whole)
+    assert expected[3] is False
+
+    monkeypatch.setattr(store_mod, "STAGE_CHUNK_KEYS", chunk_keys)
+    cut_at = data.draw(st.integers(0, len(batches) - 1))
+    real_apply = Store._apply_one_chunk
+    for i, counts in enumerate(batches):
+        applied = {"n": 0}
+
+        def dying_apply(self, txn):
+            applied["n"] += 1
+            if applied["n"] > stop_after:
+                raise KeyboardInterrupt("killed")
+            return real_apply(self, txn)
+
+        with Store.open(staged, create=True) as st_:
+            st_.ensure_settings(GPT2)
+            if i == cut_at:
+                monkeypatch.setattr(Store, "_apply_one_chunk", dying_apply)
+            killed = False
+            try:
+                st_.add_batch(counts, {b"src": {"offset": i}}, {"bytes": 10, "pretokens": sum(counts.values())})
+            except KeyboardInterrupt:
+                killed = True
+            finally:
+                monkeypatch.setattr(Store, "_apply_one_chunk", real_apply)
+            # a staged batch takes one step per chunk, one for its records, one that finds it done
+            steps = -(-len(counts) // chunk_keys) + 2 if len(counts) > chunk_keys else 0
+            assert killed == (i == cut_at and stop_after < steps)
+        if i == cut_at and data.draw(st.booleans()):
+            with Store.open(staged) as st_:  # a writer finishes it on open, too
+                assert not st_.has_staged_batch()
+    assert _snapshot(staged) == expected
+
+
+def test_a_reader_finishes_a_staged_batch_while_its_writer_is_at_it(store_dir, monkeypatch):
+    """Each chunk is applied and deleted in one transaction, so another process that opens
+    the store in the middle (and finishes the batch, taking turns on LMDB's write lock)
+    cannot make a chunk count twice; the writer then finds nothing left to apply."""
+    import subprocess
+    import sys
+
+    counts = {f"w{i:04d}".encode(): i + 1 for i in range(50)}
+    with Store.open(store_dir, create=True) as st_:
+        st_.ensure_settings(GPT2)
+        st_.add_batch({b"w0000": 5}, {}, {})
+    monkeypatch.setattr(store_mod, "STAGE_CHUNK_KEYS", 4)
+    steps = []
+    with Store.open(store_dir) as st_:
+        real_write = st_.write
+
+        def write_and_watch(fn):
+            result = real_write(fn)
+            if getattr(fn, "__name__", "") == "_apply_one_chunk":
+                steps.append(result)
+                if len(steps) == 2:  # another process opens the store now
+                    code = "import sys; from bpe_stream import Store; Store.open(sys.argv[1], readonly=True).close()"
+                    subprocess.run([sys.executable, "-c", code, str(store_dir)], check=True)
+            return result
+
+        st_.write = write_and_watch
+        st_.add_batch(counts, {b"src": {"offset": 1}}, {"bytes": 1})
+    assert steps == [3, 4, None]  # new keys of two chunks here, the rest by the other process
+    words, totals, sources, pending = _snapshot(store_dir)
+    assert words == {**counts, b"w0000": 6}
+    assert totals["unique"] == 50 and totals["bytes"] == 1 and sources == {b"src": {"offset": 1}} and not pending
+
+
+def test_a_reader_that_cannot_finish_a_staged_batch_says_how(store_dir, monkeypatch):
+    monkeypatch.setattr(store_mod, "STAGE_CHUNK_KEYS", 2)
+    with Store.open(store_dir, create=True) as st_:
+        st_.ensure_settings(GPT2)
+        monkeypatch.setattr(Store, "_apply_one_chunk", lambda self, txn: (_ for _ in ()).throw(KeyboardInterrupt()))
+        with pytest.raises(KeyboardInterrupt):
+            st_.add_batch({b"a": 1, b"b": 2, b"c": 3}, {}, {})
+    monkeypatch.undo()
+
+    def failing(self):
+        raise StoreError("No space left on device")
+
+    monkeypatch.setattr(Store, "apply_staged", failing)
+    with pytest.raises(StoreError, match="being written when its writer stopped.*finish it"):
+        Store.open(store_dir, readonly=True)
+    monkeypatch.undo()
+    with Store.open(store_dir, readonly=True) as st_:
+        assert all_words(st_) == {b"a": 1, b"b": 2, b"c": 3} and not st_.has_staged_batch()

@@ -327,9 +327,9 @@ ENTRY_BYTES = 120
 
 
 class BatchAdder:
-    """Adds counts to a store in bounded batches, each one write transaction that also records
-    the progress of the input (``store.put_source(key, record)``), so a killed import or merge
-    resumes where its committed batches end and never counts anything twice."""
+    """Adds counts to a store in bounded batches, each committed whole with the progress of
+    the input (a source record; :meth:`Store.add_batch`), so a killed import or merge resumes
+    where its committed batches end and never counts anything twice."""
 
     def __init__(self, store, key: bytes, record: dict, max_memory: int):
         self.store, self.key, self.record = store, key, dict(record)
@@ -354,13 +354,4 @@ class BatchAdder:
         record = dict(self.record, **progress, done=done)
         store = self.store
 
-        def txn_fn(txn):
-            new, new_bytes = store.add_counts(txn, counts) if counts else (0, 0)
-            delta = {"unique": new, "unique_bytes": new_bytes}
-            for k, v in (totals or {}).items():
-                delta[k] = delta.get(k, 0) + v
-            store.bump_totals(txn, delta)
-            store.put_source(txn, self.key, record)
-            return new
-
-        self.new += store.write(txn_fn)
+        self.new += store.add_batch(counts, {self.key: record}, dict(totals or {}))
