@@ -464,11 +464,46 @@ def test_a_reader_that_cannot_finish_a_staged_batch_says_how(store_dir, monkeypa
     monkeypatch.undo()
 
     def failing(self):
-        raise StoreError("No space left on device")
+        raise store_mod.WriteFailed("writing to the store failed (...); free disk space", "No space left on device")
 
     monkeypatch.setattr(Store, "apply_staged", failing)
-    with pytest.raises(StoreError, match="being written when its writer stopped.*finish it"):
+    with pytest.raises(StoreError) as err:
         Store.open(store_dir, readonly=True)
+    assert str(err.value) == (
+        f"the store at {store_dir} holds a batch of counts that its writer could not finish, and finishing it "
+        "failed here too (No space left on device); free disk space (or fix the cause): the next 'bpe-stream "
+        "count' on this store finishes it")
     monkeypatch.undo()
     with Store.open(store_dir, readonly=True) as st_:
         assert all_words(st_) == {b"a": 1, b"b": 2, b"c": 3} and not st_.has_staged_batch()
+
+
+def test_the_count_budget_keeps_room_for_the_workers(tmp_path, store_dir, monkeypatch):
+    """--max-memory covers the worker processes too: with a pool, the counter flushes once it
+    reaches its share of what the budget leaves beside them (never less than half of it)."""
+    from bpe_stream import counting
+
+    mib = 1 << 20
+    one = counting.flush_threshold(512 * mib, 1)
+    assert one == int(512 * mib * counting.COUNTER_SHARE)
+    assert counting.flush_threshold(512 * mib, 2) == int((512 * mib - 2 * counting.WORKER_BYTES) * counting.COUNTER_SHARE)
+    assert counting.flush_threshold(512 * mib, 16) == int(256 * mib * counting.COUNTER_SHARE)
+    # and count_sources flushes by it: the batches it adds stay below the threshold's entries
+    path = tmp_path / "doc.txt"
+    path.write_bytes(" ".join(f"w{i}" for i in range(20000)).encode())
+    sizes = []
+    real = Store.add_batch
+
+    def recording(self, counts, *args, **kw):
+        sizes.append(len(counts))
+        return real(self, counts, *args, **kw)
+
+    monkeypatch.setattr(Store, "add_batch", recording)
+    monkeypatch.setattr(counting, "WORKER_BYTES", 1 << 20)
+    budget = 8 * mib  # 2 workers: 6 MiB left, 16,800 entries; 1 worker: 22,900 (the doc has 20,000)
+    _count(store_dir, [path], GPT2, workers=2, max_memory=budget, range_bytes=4096)
+    limit = counting.flush_threshold(budget, 2) // counting.COUNTER_ENTRY_BYTES
+    assert len(sizes) == 2 and limit <= sizes[0] <= limit + 1000, (sizes, limit)  # + one range's pretokens
+    sizes.clear()
+    _count(tmp_path / "one", [path], GPT2, workers=1, max_memory=budget, range_bytes=4096)
+    assert len(sizes) == 1 and sizes[0] > limit, sizes
