@@ -35,11 +35,11 @@ in ASCII, where the plain path's ``re`` is cheaper still), so each process measu
 lane of ASCII and other pieces, how much the fast path's flushes deduplicated and keeps the
 cheaper path (:class:`_Choice`).
 
-The parent merges the partial counts into the batch, and encodes the batch's keys when it
-flushes, in C loops (:func:`merge_counts`; ``Counter.update`` of a mapping is a Python
-loop).  The batch is flushed to LMDB whenever it reaches the memory budget, in one
-transaction that carries the counts, the totals and each file's progress (the byte offset
-its counts reach), so a killed run leaves a store in which every batch is committed whole
+The parent merges the partial counts into the batch in C loops (:func:`merge_counts`;
+``Counter.update`` of a mapping is a Python loop).  The batch is flushed whenever it
+reaches its share of the memory budget (:func:`flush_threshold`), committed whole with the
+totals and each file's progress (the byte offset its counts reach) by
+:meth:`Store.add_batch`, so a killed run leaves a store in which every batch counts whole
 or not at all, and a rerun resumes each file where its committed counts end.
 """
 

@@ -22,8 +22,7 @@ finishes a staged batch that a kill cut off, before anything reads the words, so
 see every batch whole or not at all, and nothing is counted twice.
 
 Every value is a fixed-width integer or msgpack, never pickle: opening a store cannot
-run code.  Writes happen in one transaction per batch; when the map is full it grows and
-the batch is retried whole.
+run code.  When the map is full it grows and the transaction is retried whole.
 """
 
 from __future__ import annotations
@@ -41,13 +40,12 @@ MAGIC = "bpe-stream store"
 _DBS = (b"meta", b"words", b"longwords", b"sources", b"train")
 _INITIAL_MAP_SIZE = 1 << 30
 # A batch with more keys than this is staged and applied one chunk of this many keys per
-# transaction, the store re-mapped after each (_REMAP_EVERY), so the B-tree pages read on
-# the way stop counting as this process's memory.  Small, because Linux maps up to 16
+# transaction, the store re-mapped after each, so the B-tree pages read on the way stop
+# counting as this process's memory.  Small, because Linux maps up to 16
 # cached pages around each page fault ("fault-around"): 32,768 sorted keys read from a
 # 55M-key store left 840 MB of it mapped; 4,096 keys per chunk peaked at 110 MB, and the
 # commits cost no more time (20.7 s vs 22.3 s for 1.45M keys).
 STAGE_CHUNK_KEYS = 2048
-_REMAP_EVERY = 1
 _PENDING = b"pending"  # in meta: the staged batch's source records and totals
 _STAGED = b"staged/"  # in meta: + 4-byte big-endian chunk number -> msgpack [keys, counts]
 
@@ -435,17 +433,17 @@ class Store:
         """Applies a staged batch one chunk per transaction; returns how many pretokens the
         chunks applied here were new (another process may be applying the same batch)."""
         new_total = 0
-        applied = 0
         while True:
             step = self.write(self._apply_one_chunk)
             if step is None:
                 return new_total
             new_total += step
-            applied += 1
-            if applied % _REMAP_EVERY == 0:
-                self.remap()
+            self.remap()
 
     def _apply_one_chunk(self, txn) -> Optional[int]:
+        """Adds the first staged chunk and deletes it (returns how many keys were new), or,
+        with none left, writes the batch's records and ends it (returns None, as when no
+        batch is staged)."""
         meta = self.db["meta"]
         raw = txn.get(_PENDING, db=meta)
         if raw is None:
@@ -463,7 +461,7 @@ class Store:
             self.put_source(txn, key, record)
         self.bump_totals(txn, pending["totals"])
         txn.delete(_PENDING, db=meta)
-        return 0
+        return None
 
     def bump_totals(self, txn, delta: dict) -> None:
         info = unpack(txn.get(b"info", db=self.db["meta"]))

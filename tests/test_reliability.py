@@ -245,14 +245,13 @@ def test_stdin_kill9_keeps_exactly_the_committed_batches(tmp_path, corpus_files)
         H.check_totals_agree(snap)
         assert snap["sources"] == {}, "stdin has no file record"
         kept.append(snap["totals"]["bytes"] - before)
-        assert 0 < kept[-1] <= len(data), kept
+        assert 0 < kept[-1] <= len(data) - len(data) // 5, kept
         counts, _ = H.oracle([data[:kept[-1]]])
         expected += counts
         assert snap["words"] == dict(expected), f"the store is not the counts of stdin prefixes of {kept} bytes"
         specials = sum(H.oracle([data[:k]])[1] for k in kept)
-        finished = sum(k == len(data) for k in kept)  # killed after its last batch
-        assert snap["totals"]["specials"] == specials and snap["totals"]["documents"] == specials + finished
-    assert all(k < len(data) for k in kept), f"a kill landed after the end of stdin: {kept}"
+        # the end of stdin was held back, so no run got to count its last document
+        assert snap["totals"]["specials"] == specials and snap["totals"]["documents"] == specials
     # a later, whole run of stdin adds exactly the whole input on top
     before = H.snapshot(store)
     ok(H.run(cmd, tmp_path, input=data))

@@ -11,6 +11,7 @@ import lmdb
 import msgpack
 import pytest
 import textbook
+from conftest import assert_user_error
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -412,8 +413,8 @@ def test_staged_batches_equal_whole_ones_even_when_cut_off(tmp_path, monkeypatch
                 killed = True
             finally:
                 monkeypatch.setattr(Store, "_apply_one_chunk", real_apply)
-            # a staged batch takes one step per chunk, one for its records, one that finds it done
-            steps = -(-len(counts) // chunk_keys) + 2 if len(counts) > chunk_keys else 0
+            # a staged batch takes one step per chunk and one that writes its records
+            steps = -(-len(counts) // chunk_keys) + 1 if len(counts) > chunk_keys else 0
             assert killed == (i == cut_at and stop_after < steps)
         if i == cut_at and data.draw(st.booleans()):
             with Store.open(staged) as st_:  # a writer finishes it on open, too
@@ -454,7 +455,7 @@ def test_a_reader_finishes_a_staged_batch_while_its_writer_is_at_it(store_dir, m
     assert totals["unique"] == 50 and totals["bytes"] == 1 and sources == {b"src": {"offset": 1}} and not pending
 
 
-def test_a_reader_that_cannot_finish_a_staged_batch_says_how(store_dir, monkeypatch):
+def test_a_reader_that_cannot_finish_a_staged_batch_says_how(store_dir, monkeypatch, cli):
     monkeypatch.setattr(store_mod, "STAGE_CHUNK_KEYS", 2)
     with Store.open(store_dir, create=True) as st_:
         st_.ensure_settings(GPT2)
@@ -473,9 +474,15 @@ def test_a_reader_that_cannot_finish_a_staged_batch_says_how(store_dir, monkeypa
         f"the store at {store_dir} holds a batch of counts that its writer could not finish, and finishing it "
         "failed here too (No space left on device); free disk space (or fix the cause): the next 'bpe-stream "
         "count' on this store finishes it")
+    res = cli("stats", "--store", store_dir)  # what a user sees
+    assert_user_error(res.stderr, res.exit_code)
+    assert "free disk space" in res.stderr
     monkeypatch.undo()
+    res = cli("stats", "--store", store_dir)  # a reader finishes the batch, then reads it whole
+    assert res.exit_code == 0, res.stderr
     with Store.open(store_dir, readonly=True) as st_:
         assert all_words(st_) == {b"a": 1, b"b": 2, b"c": 3} and not st_.has_staged_batch()
+        assert st_.totals()["unique"] == 3
 
 
 def test_the_count_budget_keeps_room_for_the_workers(tmp_path, store_dir, monkeypatch):
