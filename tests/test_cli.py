@@ -413,3 +413,34 @@ def test_count_and_encode_read_a_named_pipe_like_stdin(bpe, tmp_path, cs336):
     encoded = through_fifo("encode", "-t", "filed.json")
     assert encoded.returncode == 0, encoded.stderr
     assert encoded.stdout == bpe("encode", "-t", "filed.json", "doc.txt").stdout
+
+
+def test_progress_bar_only_on_a_terminal_and_not_quiet(monkeypatch):
+    import io
+    import sys
+
+    from tqdm import tqdm
+
+    from bpe_stream import cli as cli_mod
+
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    monkeypatch.setattr(sys, "stderr", Terminal())
+    bar = cli_mod.progress_bar(False, unit="merge", desc="train")
+    assert isinstance(bar, tqdm)
+    bar.total = 10
+    bar.update(4)
+    bar.set_postfix(count=7, refresh=False)
+    bar.close()
+    assert "train" in sys.stderr.getvalue() and "4/10" in sys.stderr.getvalue()
+    quiet = cli_mod.progress_bar(True, unit="merge")
+    monkeypatch.setattr(sys, "stderr", io.StringIO())  # a pipe or a file: no bar either
+    for silent in (quiet, cli_mod.progress_bar(False, unit="B", total=5)):
+        assert not isinstance(silent, tqdm)
+        with silent as b:
+            b.update(3)
+            b.set_postfix(count=1, refresh=False)
+        silent.close()
+    assert sys.stderr.getvalue() == ""
