@@ -82,7 +82,8 @@ RANGE_BYTES = 8 << 20  # one task of a worker
 _CUT_WINDOW = 1 << 16
 # The fast path pretokenizes its distinct segments when this many are pending (about 150
 # bytes each), and at the end of every counting unit.
-SEGMENT_LIMIT = 1 << 18
+SEGMENT_LIMIT = 1 << 17
+FLUSH_SLICE = 1 << 13  # distinct segments pretokenized in one call at a flush
 # Relative cost (see _Choice) under which a lane keeps the fast path.
 ASCII_FAST_LIMIT = 0.9
 OTHER_FAST_LIMIT = 1.1
@@ -233,18 +234,22 @@ class _Lane:
         counter = partial.counter
         pretokens = distinct_tokens = 0
         findall, ascii_findall = self.findall, self.ascii_findall
-        for n, group in by_count.items():
-            text = "".join(group)
-            if ascii_findall is None:
-                tokens = findall(text)
-            elif text.isascii():
-                tokens = ascii_findall(text)
-            else:
-                tokens = ascii_findall("".join([s for s in group if s.isascii()]))
-                tokens += findall("".join([s for s in group if not s.isascii()]))
-            distinct_tokens += len(tokens)
-            pretokens += n * len(tokens)
-            _add_times(counter, tokens, n)
+        for n, whole in by_count.items():
+            # In slices: the pretokens of every distinct segment at once, as str objects,
+            # were the peak of a whole count (one slice costs a few MB).
+            for at in range(0, len(whole), FLUSH_SLICE):
+                group = whole[at:at + FLUSH_SLICE]
+                text = "".join(group)
+                if ascii_findall is None:
+                    tokens = findall(text)
+                elif text.isascii():
+                    tokens = ascii_findall(text)
+                else:
+                    tokens = ascii_findall("".join([s for s in group if s.isascii()]))
+                    tokens += findall("".join([s for s in group if not s.isascii()]))
+                distinct_tokens += len(tokens)
+                pretokens += n * len(tokens)
+                _add_times(counter, tokens, n)
         for segment, n in loose.items():
             tokens = self.tokens(segment)
             distinct_tokens += len(tokens)

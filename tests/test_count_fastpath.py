@@ -205,13 +205,14 @@ def test_document_counter_equals_plain_path(name, text, sizes, fast):
 
 @pytest.mark.parametrize("name", NAMED)
 @settings(max_examples=60, **SETTINGS)
-@given(pieces=st.lists(texts, max_size=6))
-def test_pending_segments_flushed_early_count_the_same(name, pieces):
+@given(pieces=st.lists(texts, max_size=6), limit=st.integers(1, 5), flush_slice=st.integers(1, 4))
+def test_pending_segments_flushed_early_and_in_slices_count_the_same(name, pieces, limit, flush_slice):
     expected = Counter()
     for piece in pieces:
         expected.update(Pretokenizer.from_name(name).split(piece))
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(counting, "SEGMENT_LIMIT", 3)  # pretokenize the distinct segments every few
+        mp.setattr(counting, "SEGMENT_LIMIT", limit)  # pretokenize the distinct segments every few
+        mp.setattr(counting, "FLUSH_SLICE", flush_slice)  # ... a few per findall call
         partial = fast_counts(pieces, name, True)
     assert partial.counter == expected and partial.pretokens == sum(expected.values())
 
