@@ -34,6 +34,10 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+/* BPE_STREAM_DEBUG=1: the loop's two phases timed and its visits counted, on stderr. */
+static double dbg_now(void) { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return t.tv_sec + t.tv_nsec * 1e-9; }
+static double dbg_t0, dbg_t1;
 
 #define NONE 0xFFFFFFFFu
 #define DEAD 0xFFFFFFFFu
@@ -670,21 +674,23 @@ fail:
 }
 
 static const char *TRAIN_DOC =
-    "train(symbols, word_ends, freqs, tokens, max_merges, min_count, tie_break, forced, callback, every)\n"
+    "train(symbols, width, word_ends, freqs, tokens, max_merges, min_count, tie_break, forced, callback, every)\n"
     "--\n\n"
-    "symbols: array('I') of all words' symbols, word after word; word_ends: array('Q') of each\n"
-    "word's end offset; freqs: array('q') of word frequencies; tokens: list of bytes, the\n"
-    "token bytes of ids 0..len(tokens)-1 (new ids follow); forced: list of (left, right)\n"
+    "symbols: all words' symbols, word after word, `width` bytes each (1: a bytearray of\n"
+    "byte symbols, 4: array('I')); word_ends: array('Q') of each word's end offset; freqs:\n"
+    "array('q') of word frequencies; tokens: list of bytes, the token bytes of ids\n"
+    "0..len(tokens)-1 (new ids follow); forced: list of (left, right)\n"
     "merges to apply first, in order (resume); callback(list of (left, right, count)) is\n"
     "called every `every` merges and at the end.  Returns the number of merges done.";
 
+#define IN_SYM(i) (width == 1 ? (uint32_t)in_sym8[i] : in_sym32[i])
 static PyObject *train(PyObject *self, PyObject *args) {
     Py_buffer symbols = {0}, word_ends = {0}, freqs = {0};
     PyObject *tokens, *forced, *callback;
     long long max_merges, min_count;
-    int tie_break;
+    int tie_break, width;
     Py_ssize_t every;
-    if (!PyArg_ParseTuple(args, "y*y*y*O!LLiO!On", &symbols, &word_ends, &freqs, &PyList_Type, &tokens,
+    if (!PyArg_ParseTuple(args, "y*iy*y*O!LLiO!On", &symbols, &width, &word_ends, &freqs, &PyList_Type, &tokens,
                           &max_merges, &min_count, &tie_break, &PyList_Type, &forced, &callback, &every))
         return NULL;
     State s;
@@ -692,12 +698,17 @@ static PyObject *train(PyObject *self, PyObject *args) {
     s.tie_break = tie_break;
     PyObject *result = NULL, *chunk = NULL;
     uint32_t *touched = NULL, cap_touched = 0, n_touched = 0, *small = NULL;
-    uint64_t n_pos = (uint64_t)symbols.len / sizeof(uint32_t);
+    if (width != 1 && width != 4) {
+        PyErr_SetString(PyExc_ValueError, "width must be 1 or 4");
+        goto done;
+    }
+    uint64_t n_pos = (uint64_t)symbols.len / (uint64_t)width;
     uint64_t n_words = (uint64_t)word_ends.len / sizeof(uint64_t);
-    const uint32_t *in_sym = (const uint32_t *)symbols.buf;
+    const uint32_t *in_sym32 = (const uint32_t *)symbols.buf;
+    const uint8_t *in_sym8 = (const uint8_t *)symbols.buf;
     const uint64_t *ends = (const uint64_t *)word_ends.buf;
     const int64_t *in_freq = (const int64_t *)freqs.buf;
-    if ((uint64_t)freqs.len / sizeof(int64_t) != n_words || (n_words && ends[n_words - 1] != n_pos)) {
+    if ((uint64_t)symbols.len % (uint64_t)width || (uint64_t)freqs.len / sizeof(int64_t) != n_words || (n_words && ends[n_words - 1] != n_pos)) {
         PyErr_SetString(PyExc_ValueError, "symbols, word_ends and freqs disagree");
         goto done;
     }
@@ -707,6 +718,7 @@ static PyObject *train(PyObject *self, PyObject *args) {
     }
     if (every < 1) every = 1;
     s.n_pos = n_pos;
+    dbg_t0 = dbg_now();
     s.nodes = (Node *)malloc((size_t)(n_pos ? n_pos : 1) * sizeof(Node));
     s.freq = (int64_t *)malloc((n_words ? n_words : 1) * sizeof(int64_t));
     if (!s.nodes || !s.freq || table_init(&s) < 0) { PyErr_NoMemory(); goto done; }
@@ -729,13 +741,14 @@ static PyObject *train(PyObject *self, PyObject *args) {
         uint64_t end = ends[w];
         if (end < start || end > n_pos) { PyErr_SetString(PyExc_ValueError, "word_ends must increase"); goto done; }
         for (uint64_t i = start; i < end; i++) {
-            if (in_sym[i] >= s.n_tokens) { PyErr_SetString(PyExc_ValueError, "symbol id without a token"); goto done; }
-            s.nodes[i].sym = in_sym[i];
+            uint32_t sym = IN_SYM(i);
+            if (sym >= s.n_tokens) { PyErr_SetString(PyExc_ValueError, "symbol id without a token"); goto done; }
+            s.nodes[i].sym = sym;
             s.nodes[i].wfreq = s.freq[w] >= 0 && s.freq[w] < (int64_t)BIG_FREQ ? (uint32_t)s.freq[w] : BIG_FREQ | (uint32_t)w;
             s.nodes[i].prev = i > start ? (uint32_t)(i - 1) : NONE;
             s.nodes[i].next = i + 1 < end ? (uint32_t)(i + 1) : NONE;
             if (i + 1 < end && s.freq[w] > 0) {
-                uint32_t x = in_sym[i], y = in_sym[i + 1], r;
+                uint32_t x = sym, y = IN_SYM(i + 1), r;
                 uint64_t key = ((uint64_t)x << 32) | y;
                 if (x < SMALL && y < SMALL) {
                     r = small[x * SMALL + y];
@@ -751,6 +764,7 @@ static PyObject *train(PyObject *self, PyObject *args) {
     }
     free(small);
     small = NULL;
+    dbg_t1 = dbg_now();
     set_cold_threshold(&s);
     for (uint32_t r = 0; r < s.n_recs; r++)
         if (s.recs[r].count > 0 && offer(&s, s.recs[r].count, r) < 0) { PyErr_NoMemory(); goto done; }
@@ -820,8 +834,8 @@ static PyObject *train(PyObject *self, PyObject *args) {
     }
     result = PyLong_FromLongLong(done_merges);
     if (getenv("BPE_STREAM_DEBUG"))
-        fprintf(stderr, "merge loop: %llu occurrences visited, %llu merged, %u pairs, heap %llu\n",
-                (unsigned long long)dbg_visits, (unsigned long long)dbg_valid, s.n_recs, (unsigned long long)s.heap_len);
+        fprintf(stderr, "merge loop: init %.3f s, merges %.3f s, %llu occurrences visited, %llu merged, %u pairs, heap %llu\n",
+                dbg_t1 - dbg_t0, dbg_now() - dbg_t1, (unsigned long long)dbg_visits, (unsigned long long)dbg_valid, s.n_recs, (unsigned long long)s.heap_len);
     dbg_visits = dbg_valid = 0;
 done:
     Py_XDECREF(chunk);

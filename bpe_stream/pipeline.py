@@ -19,7 +19,7 @@ from .estimate import default_budget, estimate_disk_train_memory, estimate_train
 from .sequences import DiskTrainer
 from .store import Store, StoreError, pack
 from .tokenizer import Tokenizer
-from .trainer import TrainConfig, TrainError, Trainer, TrainResult
+from .trainer import MergeLog, TrainConfig, TrainError, Trainer, TrainResult
 
 
 def tokenizer_from_result(result: TrainResult, pretokenizer: str, tie_break: str) -> Tokenizer:
@@ -216,7 +216,7 @@ def train_from_store(
                 f"{budget / 1e6:,.0f} MB; training stays exact but may page (raise --max-memory if you can)"
             )
 
-        merges_so_far: List[Tuple[int, int, int]] = []
+        merges_so_far = MergeLog()
         last_save = [time.monotonic(), 0]
         resumed = checkpoint if (resume and checkpoint and checkpoint.get("fingerprint") == fingerprint
                                  and [tuple(m[:2]) for m in checkpoint["merges"]] == forced[: len(checkpoint["merges"])]) else None

@@ -23,7 +23,8 @@ from __future__ import annotations
 import heapq
 from array import array
 from dataclasses import dataclass, field
-from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple
+from itertools import chain
+from typing import Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
 from .bpe import LOW_MASK, PAIR_SHIFT, TIE_BREAKS, count_pairs, merge_word, tie_break_keys
 
@@ -73,7 +74,7 @@ class TrainConfig:
                 return 256 + i
         return None
 
-    def result(self, done: Sequence[Tuple[int, int, int]]) -> "TrainResult":
+    def result(self, done: Iterable[Tuple[int, int, int]]) -> "TrainResult":
         """The vocabulary and merges from ``(left, right, count)`` merges in order."""
         vocab = self.base_vocab()
         first = len(vocab)
@@ -122,7 +123,9 @@ class Trainer:
         self.first_merge_id = 256 + len(self.symbols)
         self.marker_id = config.marker_id()
         # The words, compactly: all symbols in one array, each word's end offset, its count.
-        self.seq = array("I")
+        # Without a word-end marker every symbol is a byte, so the symbols are the
+        # pretokens' bytes themselves (a quarter of the memory, and extending is a copy).
+        self.seq = array("I") if self.marker_id is not None else bytearray()
         self.ends = array("Q")
         self.freqs = array("q")
 
@@ -146,7 +149,7 @@ class Trainer:
     def words(self) -> List[List[int]]:
         out, start, seq = [], 0, self.seq
         for end in self.ends:
-            out.append(seq[start:end].tolist())
+            out.append(list(seq[start:end]))
             start = end
         return out
 
@@ -184,9 +187,40 @@ class Trainer:
 PROGRESS_EVERY = 64
 
 
-def _train_c(symbols, ends, freq_arr, vocab, config, limit, forced, on_progress) -> List[Tuple[int, int, int]]:
+class MergeLog:
+    """The merges of a run so far, ``(left, right, count)`` each, kept in one flat int64
+    array: as a list of tuples they cost ~140 bytes a merge (4.5 MB at 32,768), held while
+    the merge loop's own tables are at their largest."""
+
+    def __init__(self, merges: Iterable[Tuple[int, int, int]] = ()):
+        self.flat = array("q")
+        self.extend(merges)
+
+    def extend(self, batch: Iterable[Tuple[int, int, int]]) -> None:
+        before = len(self.flat)
+        self.flat.extend(chain.from_iterable(batch))
+        if len(self.flat) % 3:
+            del self.flat[before:]
+            raise ValueError("merges are (left, right, count) triples")
+
+    def __len__(self) -> int:
+        return len(self.flat) // 3
+
+    def __getitem__(self, which: slice) -> List[Tuple[int, int, int]]:
+        start, stop, step = which.indices(len(self))
+        if step != 1:
+            raise ValueError("a MergeLog slice takes no step")
+        it = iter(self.flat[3 * start:3 * stop])
+        return list(zip(it, it, it))
+
+    def __iter__(self) -> Iterator[Tuple[int, int, int]]:
+        it = iter(self.flat)
+        return zip(it, it, it)
+
+
+def _train_c(symbols, ends, freq_arr, vocab, config, limit, forced, on_progress) -> MergeLog:
     tokens = [vocab[i] for i in range(len(vocab))]
-    done: List[Tuple[int, int, int]] = []
+    done = MergeLog()
 
     def callback(batch):
         done.extend(batch)
@@ -194,7 +228,7 @@ def _train_c(symbols, ends, freq_arr, vocab, config, limit, forced, on_progress)
             on_progress(batch, len(done), limit)
 
     _fastbpe.train(
-        symbols, ends, freq_arr, tokens, limit, max(1, config.min_count), TIE_BREAKS.index(config.tie_break),
+        symbols, 1 if isinstance(symbols, bytearray) else 4, ends, freq_arr, tokens, limit, max(1, config.min_count), TIE_BREAKS.index(config.tie_break),
         [tuple(m) for m in forced], callback, PROGRESS_EVERY,
     )
     return done

@@ -279,3 +279,38 @@ def test_engines_agree_on_identical_bytes_ties(items, rule, rnd):
     for order in (items, shuffled):
         got = run_trainer(order, kw, "c")
         assert (got.merges, got.merge_counts) == (expected.merges, expected.merge_counts)
+
+
+def test_merge_log_keeps_triples_flat():
+    log = trainer_mod.MergeLog([(97, 98, 5)])
+    log.extend([(256, 99, 4), (257, 257, 3)])
+    assert len(log) == 3 and list(log) == [(97, 98, 5), (256, 99, 4), (257, 257, 3)]
+    assert log[1:] == [(256, 99, 4), (257, 257, 3)] and log[3:] == [] and log[:1] == [(97, 98, 5)]
+    log.extend([(1 << 40, 2, 1 << 62)])  # ids and counts beyond 32 bits survive
+    assert log[3:] == [(1 << 40, 2, 1 << 62)]
+    with pytest.raises(ValueError):
+        log.extend([(1, 2)])
+    assert len(log) == 4  # a bad batch adds nothing
+    with pytest.raises(ValueError):
+        log[::2]
+
+
+@pytest.mark.skipif("c" not in ENGINES, reason="the C extension is not built")
+def test_c_loop_takes_byte_or_uint32_symbols_and_checks_them():
+    from array import array
+
+    fastbpe = trainer_mod._fastbpe
+    tokens = [bytes([i]) for i in range(256)]
+    words = [b"abab", b"abc"]
+    ends = array("Q", [4, 7])
+    freqs = array("q", [3, 2])
+    runs = []
+    for symbols, width in ((bytearray(b"".join(words)), 1), (array("I", list(b"".join(words))), 4)):
+        got = []
+        fastbpe.train(symbols, width, ends, freqs, tokens, 2, 1, 0, [], got.extend, 64)
+        runs.append(got)
+    assert runs[0] == runs[1] == [(97, 98, 8), (256, 256, 3)]
+    with pytest.raises(ValueError):
+        fastbpe.train(bytearray(b"abababc"), 3, ends, freqs, tokens, 2, 1, 0, [], print, 64)
+    with pytest.raises(ValueError):  # 7 bytes are not whole uint32 symbols
+        fastbpe.train(bytearray(b"abababc"), 4, ends, freqs, tokens, 2, 1, 0, [], print, 64)
