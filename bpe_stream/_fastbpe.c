@@ -674,10 +674,12 @@ fail:
 }
 
 static const char *TRAIN_DOC =
-    "train(symbols, width, word_ends, freqs, tokens, max_merges, min_count, tie_break, forced, callback, every)\n"
+    "train(words, width, tokens, max_merges, min_count, tie_break, forced, callback, every)\n"
     "--\n\n"
-    "symbols: all words' symbols, word after word, `width` bytes each (1: a bytearray of\n"
-    "byte symbols, 4: array('I')); word_ends: array('Q') of each word's end offset; freqs:\n"
+    "words: a list [symbols, word_ends, freqs], emptied as soon as the loop holds its own copy\n"
+    "(so that, given the only references, their memory is freed before the merges): symbols,\n"
+    "all words' symbols, word after word, `width` bytes each (1: a bytearray of byte\n"
+    "symbols, 4: array('I')); word_ends: array('Q') of each word's end offset; freqs:\n"
     "array('q') of word frequencies; tokens: list of bytes, the token bytes of ids\n"
     "0..len(tokens)-1 (new ids follow); forced: list of (left, right)\n"
     "merges to apply first, in order (resume); callback(list of (left, right, count)) is\n"
@@ -686,13 +688,27 @@ static const char *TRAIN_DOC =
 #define IN_SYM(i) (width == 1 ? (uint32_t)in_sym8[i] : in_sym32[i])
 static PyObject *train(PyObject *self, PyObject *args) {
     Py_buffer symbols = {0}, word_ends = {0}, freqs = {0};
-    PyObject *tokens, *forced, *callback;
+    PyObject *words, *tokens, *forced, *callback;
     long long max_merges, min_count;
     int tie_break, width;
     Py_ssize_t every;
-    if (!PyArg_ParseTuple(args, "y*iy*y*O!LLiO!On", &symbols, &width, &word_ends, &freqs, &PyList_Type, &tokens,
+    if (!PyArg_ParseTuple(args, "O!iO!LLiO!On", &PyList_Type, &words, &width, &PyList_Type, &tokens,
                           &max_merges, &min_count, &tie_break, &PyList_Type, &forced, &callback, &every))
         return NULL;
+    if (PyList_GET_SIZE(words) != 3) {
+        PyErr_SetString(PyExc_ValueError, "words must be [symbols, word_ends, freqs]");
+        return NULL;
+    }
+    if (PyObject_GetBuffer(PyList_GET_ITEM(words, 0), &symbols, PyBUF_SIMPLE) < 0) return NULL;
+    if (PyObject_GetBuffer(PyList_GET_ITEM(words, 1), &word_ends, PyBUF_SIMPLE) < 0) {
+        PyBuffer_Release(&symbols);
+        return NULL;
+    }
+    if (PyObject_GetBuffer(PyList_GET_ITEM(words, 2), &freqs, PyBUF_SIMPLE) < 0) {
+        PyBuffer_Release(&symbols);
+        PyBuffer_Release(&word_ends);
+        return NULL;
+    }
     State s;
     memset(&s, 0, sizeof(s));
     s.tie_break = tie_break;
@@ -764,6 +780,11 @@ static PyObject *train(PyObject *self, PyObject *args) {
     }
     free(small);
     small = NULL;
+    /* The input is copied into the nodes: let it go before the merges grow the tables. */
+    PyBuffer_Release(&symbols);
+    PyBuffer_Release(&word_ends);
+    PyBuffer_Release(&freqs);
+    if (PyList_SetSlice(words, 0, PyList_GET_SIZE(words), NULL) < 0) goto done;
     dbg_t1 = dbg_now();
     set_cold_threshold(&s);
     for (uint32_t r = 0; r < s.n_recs; r++)

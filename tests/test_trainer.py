@@ -306,11 +306,25 @@ def test_c_loop_takes_byte_or_uint32_symbols_and_checks_them():
     freqs = array("q", [3, 2])
     runs = []
     for symbols, width in ((bytearray(b"".join(words)), 1), (array("I", list(b"".join(words))), 4)):
-        got = []
-        fastbpe.train(symbols, width, ends, freqs, tokens, 2, 1, 0, [], got.extend, 64)
+        got, held = [], [symbols, ends, freqs]
+        fastbpe.train(held, width, tokens, 2, 1, 0, [], got.extend, 64)
+        assert held == []  # handed over: emptied once the loop has its own copy
         runs.append(got)
     assert runs[0] == runs[1] == [(97, 98, 8), (256, 256, 3)]
     with pytest.raises(ValueError):
-        fastbpe.train(bytearray(b"abababc"), 3, ends, freqs, tokens, 2, 1, 0, [], print, 64)
+        fastbpe.train([bytearray(b"abababc"), ends, freqs], 3, tokens, 2, 1, 0, [], print, 64)
     with pytest.raises(ValueError):  # 7 bytes are not whole uint32 symbols
-        fastbpe.train(bytearray(b"abababc"), 4, ends, freqs, tokens, 2, 1, 0, [], print, 64)
+        fastbpe.train([bytearray(b"abababc"), ends, freqs], 4, tokens, 2, 1, 0, [], print, 64)
+    with pytest.raises(ValueError):
+        fastbpe.train([bytearray(b"abababc"), ends], 1, tokens, 2, 1, 0, [], print, 64)
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_a_trainer_hands_its_words_to_the_loop(engine):
+    trainer = Trainer(TrainConfig(num_merges=3))
+    trainer.feed([(b"abab", 3), (b"abc", 2)])
+    assert trainer.train(engine=engine).merges == [(97, 98), (256, 256), (256, 99)]
+    assert len(trainer.seq) == len(trainer.ends) == len(trainer.freqs) == 0
+    assert trainer.train(engine=engine).merges == []  # trained once; feed again to train again
+    trainer.feed([(b"xyxy", 1)])
+    assert trainer.train(engine=engine).merges == [(120, 121), (256, 256)]
