@@ -27,7 +27,6 @@ run code.  When the map is full it grows and the transaction is retried whole.
 
 from __future__ import annotations
 
-import hashlib
 import os
 from contextlib import contextmanager
 from typing import Iterator, Optional, Tuple
@@ -150,8 +149,14 @@ def _u64(value: int) -> bytes:
     return value.to_bytes(8, "little")
 
 
+try:  # hashlib's own blake2b, without the OpenSSL library hashlib loads (~4 MB of RSS in every count)
+    from _blake2 import blake2b
+except ImportError:  # pragma: no cover - another Python
+    from hashlib import blake2b
+
+
 def _digest(pretoken: bytes) -> bytes:
-    return hashlib.blake2b(pretoken, digest_size=20).digest()
+    return blake2b(pretoken, digest_size=20).digest()
 
 
 class Store:
