@@ -27,7 +27,8 @@ is asked for by name, and shrinks the others):
                    the tokenizer files compared; then ``count --max-memory 512M`` of a 5 GB
                    generated file (``--big-count``; 200 MB with --quick).  Not run unless named.
 * ``multi``, ``code``  issue 9: count + train at vocab 32,768 on multi_25M.txt / code_25M.txt
-                   (5 MB prefixes with --quick) against HF tokenizers and rustbpe, and the merge
+                   (5 MB prefixes with --quick) against HF tokenizers and rustbpe, by default and
+                   with ``count --workers 1`` (one process: the lean run), and the merge
                    loop alone (``train_from_store``) against English of the same size (a prefix
                    of en_100M.txt) and, in a full run, all of en_100M.txt.
 
@@ -913,12 +914,26 @@ def section_peers(ctx: Context, name: str, filename: str) -> Section:
         if r.tool != "bpe-stream" and r.wall_s:
             r.extra["in_process_seconds"] = r.seconds
             r.seconds = r.wall_s
-    base = s.rows[2]
-    for r in s.rows[3:]:
-        if r.seconds and base.seconds:
-            s.note(f"bpe-stream count + train {base.seconds:,.1f} s, {base.peak_rss_mb:,.0f} MB peak RSS; {r.tool} "
-                   f"{r.seconds:,.1f} s, {fmt(r.peak_rss_mb, ',.0f')} MB: bpe-stream / {r.tool} = x{base.seconds / r.seconds:.2f} "
-                   f"in time, x{base.peak_rss_mb / r.peak_rss_mb:.2f} in peak RSS ({r.extra.get('merges', '?'):,} merges)")
+    base, peers = s.rows[2], [r for r in s.rows[3:] if r.seconds]
+    # The lean run: count in one process (--workers 1), whose peak RSS is not the sum of a
+    # pool of forked interpreters; train the same.
+    lean_store = ctx.tmp / f"{name}-store-1w"
+    count1 = ctx.cmd("bpe-stream count --workers 1", [*ctx.bpe, "count", "--workers", 1, "--store", lean_store,
+                                                      "--special-token", SPECIAL, text], setup=fresh(lean_store))
+    train1 = ctx.cmd("bpe-stream train (store of count --workers 1)",
+                     [*ctx.bpe, "train", "--store", lean_store, "--vocab-size", PEER_VOCAB, "-o", out.with_suffix(".1w.json")])
+    lean = concat("bpe-stream count --workers 1 + train", [count1, train1])
+    s.add(row_from(s.name, "bpe-stream", "count --workers 1", "CLI wall", count1, mb,
+                   extra=parse_count_summary(count1.stderr_tail)))
+    s.add(row_from(s.name, "bpe-stream", "count --workers 1 + train", "CLI wall", lean, mb), lean)
+    s.info.update(same_tokenizer_with_one_worker=same_file(out, out.with_suffix(".1w.json")))
+    for mine in (base, s.rows[-1]):
+        for r in peers:
+            s.note(f"bpe-stream {mine.phase} {mine.seconds:,.1f} s, {mine.peak_rss_mb:,.0f} MB peak RSS; {r.tool} "
+                   f"{r.seconds:,.1f} s, {fmt(r.peak_rss_mb, ',.0f')} MB: bpe-stream / {r.tool} = x{mine.seconds / r.seconds:.2f} "
+                   f"in time, x{mine.peak_rss_mb / r.peak_rss_mb:.2f} in peak RSS ({r.extra.get('merges', '?'):,} merges)")
+    s.note(f"tokenizer from the store of count --workers 1 identical to the default count's: "
+           f"{s.info['same_tokenizer_with_one_worker']}")
     # the merge loop alone: this corpus against English of the same size (and all of en_100M)
     own = merge_loop(ctx, s, text.name, text)
     english_source = ctx.data("corpora", "en_100M.txt")
