@@ -82,7 +82,7 @@ RANGE_BYTES = 8 << 20  # one task of a worker
 _CUT_WINDOW = 1 << 16
 # The fast path pretokenizes its distinct segments when this many are pending (about 150
 # bytes each), and at the end of every counting unit.
-SEGMENT_LIMIT = 1 << 17
+SEGMENT_LIMIT = 1 << 16
 FLUSH_SLICE = 1 << 13  # distinct segments pretokenized in one call at a flush
 # Relative cost (see _Choice) under which a lane keeps the fast path.
 ASCII_FAST_LIMIT = 0.9
