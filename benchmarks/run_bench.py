@@ -874,10 +874,19 @@ def merge_loop(ctx: Context, s: Section, name: str, text: Path) -> Row:
             say(f"  setup: counting {text.name} (not timed) ...")
             subprocess.run([*ctx.bpe, "count", "--quiet", "--store", str(store), "--special-token", SPECIAL, str(text)],
                            check=True)
-        m = ctx.fn(f"train_from_store ({name})", W.bpe_train_from_store, str(store), PEER_VOCAB)
+        # BPE_STREAM_DEBUG: the C loop reports its set-up and merge times and how many
+        # occurrences it visited and merged -- the work the data asks of any trainer whose
+        # cost follows occurrences (issue 9, scope 1).
+        m = ctx.fn(f"train_from_store ({name})", W.bpe_train_from_store, str(store), PEER_VOCAB,
+                   env={"BPE_STREAM_DEBUG": "1"})
         st = ctx.stats(store)
-        ctx.merge_loops[key] = {"run": m, "stats": {k: st[k] for k in ("unique_pretokens", "unique_pretokens_bytes",
-                                                                         "pretokens", "bytes")}, "section": s.name}
+        stats = {k: st[k] for k in ("unique_pretokens", "unique_pretokens_bytes", "pretokens", "bytes")}
+        found = re.search(r"merge loop: init ([\d.]+) s, merges ([\d.]+) s, (\d+) occurrences visited, (\d+) merged",
+                          m.stderr_tail)
+        if found:
+            stats.update(loop_setup_seconds=float(found.group(1)), loop_merge_seconds=float(found.group(2)),
+                         occurrences_visited=int(found.group(3)), occurrences_merged=int(found.group(4)))
+        ctx.merge_loops[key] = {"run": m, "stats": stats, "section": s.name}
     got = ctx.merge_loops[key]
     m = got["run"]
     extra = dict(m.result, **got["stats"])
@@ -951,6 +960,16 @@ def section_peers(ctx: Context, name: str, filename: str) -> Section:
         s.info.update(full_english_merge_loop_seconds=full.seconds)
         s.note(f"merge loop on all of {english_source.name} ({full.mb:,.0f} MB, {full.extra['unique_pretokens']:,} distinct "
                f"pretokens): {full.seconds:.2f} s; {text.name} / it = x{own.seconds / full.seconds:.2f}")
+        if "occurrences_merged" in own.extra and "occurrences_merged" in full.extra:
+            o, f = own.extra, full.extra
+            s.note(f"the work: {text.name} {o['unique_pretokens_bytes']:,} symbols, {o['occurrences_merged']:,} occurrences "
+                   f"merged ({o['occurrences_visited']:,} visited); {english_source.name} {f['unique_pretokens_bytes']:,} "
+                   f"symbols, {f['occurrences_merged']:,} merged ({f['occurrences_visited']:,} visited): "
+                   f"x{o['unique_pretokens_bytes'] / f['unique_pretokens_bytes']:.2f} the symbols, "
+                   f"x{o['occurrences_merged'] / f['occurrences_merged']:.2f} the merged occurrences; C loop set-up "
+                   f"{o['loop_setup_seconds']:.2f} / {f['loop_setup_seconds']:.2f} s, merges {o['loop_merge_seconds']:.2f} / "
+                   f"{f['loop_merge_seconds']:.2f} s = {1e9 * o['loop_merge_seconds'] / o['occurrences_visited']:.0f} / "
+                   f"{1e9 * f['loop_merge_seconds'] / f['occurrences_visited']:.0f} ns per occurrence visited")
     s.note(f"CLI train wall {train.wall_s:.2f} s vs train_from_store {own.seconds:.2f} s in-process")
     return s
 
