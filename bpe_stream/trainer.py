@@ -115,7 +115,8 @@ class TrainResult:
 
 
 class Trainer:
-    """Learns merges from pretoken counts in memory.  ``feed`` then ``train``."""
+    """Learns merges from pretoken counts in memory.  ``feed`` then ``train``, once: the
+    words fed are handed to the merge loop (see :meth:`_hand_over`)."""
 
     def __init__(self, config: TrainConfig):
         self.config = config
