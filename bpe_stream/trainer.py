@@ -123,12 +123,13 @@ class Trainer:
         self.symbols = config.base_symbols()
         self.first_merge_id = 256 + len(self.symbols)
         self.marker_id = config.marker_id()
-        # The words, compactly: all symbols in one array, each word's end offset, its count.
-        # Without a word-end marker every symbol is a byte, so the symbols are the
-        # pretokens' bytes themselves (a quarter of the memory, and extending is a copy).
-        self.seq = array("I") if self.marker_id is not None else bytearray()
-        self.ends = array("Q")
-        self.freqs = array("q")
+        self.seq, self.ends, self.freqs = self._no_words()
+
+    def _no_words(self):
+        """Empty word arrays: all symbols in one array, each word's end offset, its count.
+        Without a word-end marker every symbol is a byte, so the symbols are the pretokens'
+        bytes themselves (a quarter of array('I'), and extending is a copy)."""
+        return (array("I") if self.marker_id is not None else bytearray()), array("Q"), array("q")
 
     def feed(self, counts: Iterable[Tuple[bytes, int]]) -> None:
         """Adds (pretoken, count) pairs, each pretoken once (as the store yields them; a
@@ -189,8 +190,7 @@ class Trainer:
         the C loop empties the list once it has copied them, so they are freed before the
         merges (20 MB on multi_25M).  A trainer trains once on what it was fed."""
         words = [self.seq, self.ends, self.freqs]
-        self.seq = array("I") if self.marker_id is not None else bytearray()
-        self.ends, self.freqs = array("Q"), array("q")
+        self.seq, self.ends, self.freqs = self._no_words()
         return words
 
 
