@@ -10,7 +10,8 @@ STDLIB := $(shell $(PYTHON) -c "import sysconfig; print(sysconfig.get_paths()['s
 
 install: $(VENV)/.installed
 
-$(VENV)/.installed: setup.cfg pyproject.toml setup.py bpe_stream/_fastbpe.c
+# Any change to the C sources (bpe_stream/csrc: every .c and .h) rebuilds the extension.
+$(VENV)/.installed: setup.cfg pyproject.toml setup.py $(wildcard bpe_stream/csrc/*)
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[dev,dask]'

@@ -22,10 +22,7 @@ import regex
 
 from .bpe import PAIR_SHIFT, encode_by_rank
 
-try:  # the C encoder (bpe_stream/_fastbpe.c); the Python loop below is the reference
-    from . import _fastbpe
-except ImportError:  # pragma: no cover - depends on the build
-    _fastbpe = None
+from .native import fastbpe as _fastbpe  # the C encoder (csrc/encoder.c); bpe.encode_by_rank is the reference
 from .pretokenize import ASCII_PATTERNS, GPT2_PATTERN, Pretokenizer, SpecialSplitter, StreamSplitter
 from .reader import CHUNK_BYTES, decode_chunks, to_bytes
 
@@ -176,9 +173,13 @@ class Tokenizer:
         self._cache: Dict[str, List[int]] = {}
         self._encoder = None
         if _fastbpe is not None:
-            self._encoder = _fastbpe.Encoder(
-                self.merges, list(self.byte_ids), -1 if self.marker_id is None else self.marker_id, CACHE_ENTRIES,
-            )
+            try:
+                self._encoder = _fastbpe.Encoder(
+                    merges=self.merges, byte_ids=list(self.byte_ids),
+                    marker=-1 if self.marker_id is None else self.marker_id, cache_limit=CACHE_ENTRIES,
+                )
+            except OverflowError as exc:
+                raise TokenizerError(f"the tokenizer is too large for the encoder ({exc})") from None
 
     def _check_merges(self) -> None:
         """Every merge joins two tokens of the vocabulary into the token of their bytes
@@ -245,7 +246,7 @@ class Tokenizer:
     def _encode_pretokens(self, pieces: List[str], out: List[int]) -> None:
         if self._encoder is not None:
             ids = array("I")
-            ids.frombytes(self._encoder.encode(pieces))
+            ids.frombytes(self._c_ids(pieces))
             out += ids.tolist()
             return
         cache = self._cache
@@ -259,10 +260,17 @@ class Tokenizer:
                 cache[piece] = ids
             out.extend(ids)
 
+    def _c_ids(self, pieces: List[str]) -> bytes:
+        """The C encoder's ids of ``pieces`` (native-order uint32 ``bytes``)."""
+        try:
+            return self._encoder.encode(pieces)
+        except OverflowError as exc:  # a pretoken past the encoder's 32-bit positions
+            raise TokenizerError(f"a pretoken is too large for the encoder ({exc})") from None
+
     def _pretoken_ids(self, pieces: List[str]) -> bytes:
         """The ids of ``pieces`` as native-order uint32 ``bytes`` (what the C encoder returns)."""
         if self._encoder is not None:
-            return self._encoder.encode(pieces)
+            return self._c_ids(pieces)
         out: List[int] = []
         self._encode_pretokens(pieces, out)
         return array("I", out).tobytes()

@@ -28,10 +28,10 @@ from typing import Callable, Dict, Iterable, Iterator, List, Optional, Sequence,
 
 from .bpe import LOW_MASK, PAIR_SHIFT, TIE_BREAKS, count_pairs, merge_word, tie_break_keys
 
-try:  # the C merge loop (bpe_stream/_fastbpe.c); the pure-Python loop below is the fallback
-    from . import _fastbpe
-except ImportError:  # pragma: no cover - depends on the build
-    _fastbpe = None
+from .native import agree
+from .native import fastbpe as _fastbpe  # the C merge loop (csrc/merge_loop.c); the Python loop below is the fallback
+
+agree("TIE_BREAKS", TIE_BREAKS)  # the C loop knows the rules by these names (csrc/layout.h)
 
 DOC_START = "<|startofdoc|>"
 DOC_END = "<|endofdoc|>"
@@ -195,6 +195,7 @@ class Trainer:
 
 
 PROGRESS_EVERY = 64
+INT64_MAX = (1 << 63) - 1  # a limit or threshold past it is as good as none (C takes int64)
 
 
 class MergeLog:
@@ -238,10 +239,14 @@ def _train_c(words: list, vocab, config, limit, forced, on_progress) -> MergeLog
             on_progress(batch, len(done), limit)
 
     width = 1 if isinstance(words[0], bytearray) else 4
-    _fastbpe.train(
-        words, width, tokens, limit, max(1, config.min_count), TIE_BREAKS.index(config.tie_break),
-        [tuple(m) for m in forced], callback, PROGRESS_EVERY,
-    )
+    try:
+        _fastbpe.train(
+            words=words, width=width, tokens=tokens, max_merges=min(limit, INT64_MAX),
+            min_count=min(max(1, config.min_count), INT64_MAX),
+            tie_break=config.tie_break, forced=[tuple(m) for m in forced], callback=callback, every=PROGRESS_EVERY,
+        )
+    except OverflowError as exc:
+        raise TrainError(f"the corpus is too large for the in-memory trainer ({exc}); train with --path disk") from None
     return done
 
 
