@@ -23,10 +23,7 @@ struct PairIndex {
      * cost a read from disk each (about 40% of the reads on generated web text). */
     uint64_t *sig;
     uint32_t n_sig, cap_sig;
-    /* merge_row's output: symbols, then the row's new value */
-    uint32_t *out;
-    uint64_t cap_out;
-    uint8_t *row;
+    uint8_t *row; /* merge_row's output: the row's new value */
     uint64_t cap_row;
 };
 
@@ -43,7 +40,6 @@ void pair_index_free(PairIndex *pi) {
     pairs_free(&pi->ps);
     free(pi->born);
     free(pi->sig);
-    free(pi->out);
     free(pi->row);
     free(pi);
 }
@@ -54,12 +50,6 @@ int pair_index_add_token(PairIndex *pi, const uint8_t *data, size_t len) {
 
 static inline uint64_t pair_bit(uint64_t key) {
     return 1ull << (hash64(key) >> 58);
-}
-
-static uint64_t signature(const uint32_t *sym, size_t n) {
-    uint64_t sig = 0;
-    for (size_t i = 0; i + 1 < n; i++) sig |= pair_bit(pair_key(sym[i], sym[i + 1]));
-    return sig;
 }
 
 static uint64_t row_signature(const uint8_t *symbols, size_t n) {
@@ -178,35 +168,36 @@ int pair_index_merge_row(PairIndex *pi, const uint8_t *key, size_t key_len, cons
     int64_t f = bs_seq_count(value);
     const uint8_t *w = value + BS_SEQ_COUNT_BYTES;
     size_t n = (value_len - BS_SEQ_COUNT_BYTES) / BS_SEQ_SYMBOL_BYTES, m = 0;
-    BS_RESERVE_OR_RETURN(pi->out, pi->cap_out, (uint64_t)n + 2, 64, BS_LIMIT64(pi->out));
+    /* the new value is written as it is made: the count, then the symbols so far */
+    BS_RESERVE_OR_RETURN(pi->row, pi->cap_row, value_len, 256, BS_LIMIT64(pi->row));
     /* at most two born-pair records per occurrence */
     BS_RESERVE_OR_RETURN(pi->born, pi->cap_born, (uint64_t)pi->n_born + n + 2, 1024, bs_limit32);
-    uint32_t *out = pi->out;
+    uint8_t *out = pi->row + BS_SEQ_COUNT_BYTES;
     size_t i = 0;
     int rc;
     while (i < n) {
         uint32_t s = bs_seq_symbol(w, i);
         if (s == a && i + 1 < n && bs_seq_symbol(w, i + 1) == b) {
-            if (m && (rc = move_count(pi, pair_key(out[m - 1], a), pair_key(out[m - 1], z), f, wid))) return rc;
+            if (m) {
+                uint32_t x = bs_seq_symbol(out, m - 1);
+                if ((rc = move_count(pi, pair_key(x, a), pair_key(x, z), f, wid))) return rc;
+            }
             if (i + 2 < n) {
                 uint32_t y = bs_seq_symbol(w, i + 2);
                 if ((rc = move_count(pi, pair_key(b, y), pair_key(z, y), f, wid))) return rc;
             }
-            out[m++] = z;
+            bs_seq_put_symbol(out, m++, z);
             i += 2;
         } else {
-            out[m++] = s;
+            bs_seq_put_symbol(out, m++, s);
             i++;
         }
     }
     if (m == n) return 0;
-    if ((rc = set_signature(pi, wid, signature(out, m)))) return rc;
-    uint64_t len = BS_SEQ_COUNT_BYTES + (uint64_t)m * BS_SEQ_SYMBOL_BYTES;
-    BS_RESERVE_OR_RETURN(pi->row, pi->cap_row, len, 256, BS_LIMIT64(pi->row));
+    if ((rc = set_signature(pi, wid, row_signature(out, m)))) return rc;
     memcpy(pi->row, value, BS_SEQ_COUNT_BYTES);
-    for (size_t k = 0; k < m; k++) bs_seq_put_symbol(pi->row + BS_SEQ_COUNT_BYTES, k, out[k]);
     *out_row = pi->row;
-    *out_len = (size_t)len;
+    *out_len = BS_SEQ_COUNT_BYTES + m * BS_SEQ_SYMBOL_BYTES;
     return 1;
 }
 
