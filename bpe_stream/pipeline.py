@@ -17,7 +17,8 @@ from .counting import count_range, make_settings
 from .reader import to_bytes
 from .estimate import default_budget, estimate_disk_train_memory, estimate_train_memory
 from .sequences import DiskTrainer
-from .store import Store, StoreError, pack
+from .store import Store, StoreError
+from .store_checkpoint import Checkpointer, read_checkpoint, write_checkpoint  # noqa: F401  (also imported from here)
 from .tokenizer import Tokenizer
 from .trainer import MergeLog, TrainConfig, TrainError, Trainer, TrainResult
 
@@ -27,74 +28,6 @@ def tokenizer_from_result(result: TrainResult, pretokenizer: str, tie_break: str
     merges = [(left, right, first + r) for r, (left, right) in enumerate(result.merges)]
     symbols = [(256 + i, role, text) for i, (role, text) in enumerate(result.symbols)]
     return Tokenizer(result.vocab, merges, symbols, pretokenizer=pretokenizer, tie_break=tie_break)
-
-
-CHECKPOINT_KEY = b"checkpoint"  # {"fingerprint", "count", "chunks"}; the merges in chunks after it
-_CHUNK_PREFIX = b"checkpoint/"
-
-
-def _chunk_key(i: int) -> bytes:
-    return _CHUNK_PREFIX + b"%08d" % i
-
-
-def read_checkpoint(store: Store, txn=None) -> Optional[dict]:
-    """The store's training checkpoint as ``{"fingerprint", "merges": [[left, right, count], ...]}``."""
-    if txn is None:
-        with store.reader() as t:
-            return read_checkpoint(store, t)
-    head = store.get_train(CHECKPOINT_KEY, txn)
-    if not isinstance(head, dict) or not isinstance(head.get("chunks"), int):
-        return None
-    merges: list = []
-    for i in range(head["chunks"]):
-        flat = store.get_train(_chunk_key(i), txn)
-        if not isinstance(flat, list) or len(flat) % 3:
-            raise StoreError(f"the training checkpoint in {store.path} is damaged; train without --resume")
-        merges += [flat[j:j + 3] for j in range(0, len(flat), 3)]
-    if len(merges) != head.get("count"):
-        raise StoreError(f"the training checkpoint in {store.path} is damaged; train without --resume")
-    return {"fingerprint": head.get("fingerprint"), "merges": merges}
-
-
-class Checkpointer:
-    """Commits the merges of a run into the store, each save adding only the new ones (one
-    chunk, one transaction), so checkpoints cost the same at merge 30,000 as at 1,000."""
-
-    def __init__(self, store: Store, fingerprint: str, resumed: Optional[dict] = None):
-        self.store = store
-        self.fingerprint = fingerprint
-        self.saved = len(resumed["merges"]) if resumed else 0
-        self.chunks = None if not resumed else store.get_train(CHECKPOINT_KEY)["chunks"]
-
-    def save(self, merges: Sequence[Tuple[int, int, int]]) -> None:
-        new = merges[self.saved:]
-        if not new and self.chunks is not None:
-            return
-        db = self.store.db["train"]
-
-        def txn_fn(txn):
-            if self.chunks is None:  # a new run: drop the chunks of an older one
-                with txn.cursor(db=db) as cur:
-                    if cur.set_range(_CHUNK_PREFIX):
-                        while cur.key().startswith(_CHUNK_PREFIX):
-                            if not cur.delete():
-                                break
-                chunks = 0
-            else:
-                chunks = self.chunks
-            flat = [x for m in new for x in m]
-            txn.put(_chunk_key(chunks), pack(flat), db=db)
-            head = {"fingerprint": self.fingerprint, "count": self.saved + len(new), "chunks": chunks + 1}
-            txn.put(CHECKPOINT_KEY, pack(head), db=db)
-            return chunks + 1
-
-        self.chunks = self.store.write(txn_fn)
-        self.saved += len(new)
-
-
-def write_checkpoint(store: Store, fingerprint: str, merges: Sequence[Tuple[int, int, int]]) -> None:
-    """Replaces the store's checkpoint with ``merges`` (for tools and tests)."""
-    Checkpointer(store, fingerprint).save(list(merges))
 
 
 def _fingerprint(settings: dict, totals: dict, config: TrainConfig) -> str:
