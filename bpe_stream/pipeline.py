@@ -173,7 +173,9 @@ def _resume(checkpoint: Optional[dict], fingerprint: str, config: TrainConfig, f
     saved = [tuple(m[:2]) for m in kept]
     if forced and saved[: len(forced)] != forced[: len(saved)]:
         raise TrainError("--resume and --from disagree: the checkpoint holds other merges; drop one of them")
-    resumed = dict(checkpoint, merges=kept)
+    # Cut short, the checkpoint is not this run's start: the run's first save replaces it
+    # (appending to its chunks would leave more merges in them than the head counts).
+    resumed = checkpoint if len(kept) == len(checkpoint["merges"]) else None
     return (saved if len(saved) > len(forced) else forced), resumed, f"resuming after {len(saved):,} checkpointed merges"
 
 

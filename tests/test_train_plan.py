@@ -3,7 +3,8 @@ and the options without side effects, then run by ``train_from_store``.
 
 The plan for a few stores and options: effective settings (the caller's config untouched),
 the path and its reason, the engine, the forced prefix of --from and --resume, what the run
-will say, and the errors a plan refuses with.
+will say, and the errors a plan refuses with.  And a resume from a checkpoint cut short by
+--min-count, continued past it with --from, leaves a checkpoint the next --resume reads.
 """
 
 from __future__ import annotations
@@ -105,7 +106,7 @@ def test_the_forced_prefix_of_from_and_resume(counted, tmp_path):
         counts = [m[2] for m in read_checkpoint(st)["merges"]]
     cut = next(i for i, c in enumerate(counts) if c < 300)
     high = plan(store, TrainConfig(vocab_size=600, min_count=300), resume=True)
-    assert high.forced == tuple(merges[:cut])
+    assert high.forced == tuple(merges[:cut]) and high.resumed is None
     # --from and --resume must agree
     with Store.open(store) as st:
         write_checkpoint(st, resumed.fingerprint, [[97, 98, 5]])
@@ -123,3 +124,31 @@ def test_a_plan_refuses_what_cannot_work(counted, tmp_path):
     Store.open(tmp_path / "empty", create=True).close()
     with pytest.raises(StoreError, match="no counts yet"):
         plan(tmp_path / "empty")
+
+
+@needs_c
+@pytest.mark.parametrize("path", ["memory", "disk"])
+def test_resuming_a_cut_checkpoint_past_its_end_leaves_a_readable_one(counted, tmp_path, path):
+    """--resume with a higher --min-count keeps only the checkpoint's first merges; --from a
+    longer tokenizer then carries the run past them.  The run's checkpoint must then hold
+    exactly its own merges (appending to the longer one left a head that miscounts its
+    chunks: the next --resume said "damaged")."""
+    import shutil
+
+    store = tmp_path / "store"
+    shutil.copytree(counted, store)
+    with Store.open(store) as st:
+        full, _ = train_from_store(st, TrainConfig(vocab_size=500), checkpoint_every=64, checkpoint_seconds=1e9)
+        counts = [m[2] for m in read_checkpoint(st)["merges"]]
+    cut = next(i for i, c in enumerate(counts) if c < 100)
+    with Store.open(store) as st:
+        cont, _ = train_from_store(st, TrainConfig(vocab_size=560, min_count=100), path=path, resume=True,
+                                   from_tokenizer=full, checkpoint_every=64, checkpoint_seconds=1e9)
+        checkpoint = read_checkpoint(st)
+    assert cut < len(full.merges) and cont.merges[:len(full.merges)] == full.merges
+    assert [tuple(m[:2]) for m in checkpoint["merges"]] == [m[:2] for m in cont.merges]
+    with Store.open(store) as st:
+        messages = []
+        again, _ = train_from_store(st, TrainConfig(vocab_size=560), resume=True, on_message=messages.append)
+    assert f"resuming after {len(cont.merges):,} checkpointed merges" in messages
+    assert again.merges[:len(cont.merges)] == cont.merges and len(again.merges) == 560 - 258
