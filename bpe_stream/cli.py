@@ -17,6 +17,7 @@ from typing import List, Optional
 import typer
 
 from . import __version__
+from .atomic import atomic_write, check_output, stdout_binary
 from .estimate import default_budget
 from .counting import count_sources, default_workers, make_runner, make_settings
 from .formats import load_any
@@ -210,7 +211,7 @@ def count(
 # -- train -------------------------------------------------------------------------
 @app.command()
 def train(
-    output: str = typer.Option(..., "--output", "-o", help="Where to write the tokenizer (JSON)."),
+    output: str = typer.Option(..., "--output", "-o", help="Where to write the tokenizer (JSON; '-' is stdout)."),
     vocab_size: Optional[int] = typer.Option(None, "--vocab-size", help="Total vocabulary: 256 + specials + merges."),
     num_merges: Optional[int] = typer.Option(None, "--num-merges", help="Number of merges to learn."),
     store: Optional[str] = StoreOpt,
@@ -235,6 +236,7 @@ def train(
 
     budget = parse_size(max_memory) if max_memory else None
     with user_errors():
+        _check_output_arg(output)  # before the training, not after it
         config = TrainConfig(
             vocab_size=vocab_size, num_merges=num_merges, special_tokens=list(special_token or []),
             doc_boundaries=doc_boundaries, tie_break=tie_break, min_count=min_count, min_word_count=min_word_count,
@@ -257,9 +259,15 @@ def train(
                 )
             finally:
                 bar.close()
-        tok.save(output)
+        if output == "-":
+            from .formats import dump_tokenizer
+
+            dump_tokenizer(tok, "native", stdout_binary())
+        else:
+            tok.save(output)
         last = result.merge_counts[-1] if result.merge_counts else 0
-        say(quiet, f"learned {len(result.merges):,} merges (last pair count {last:,}); vocabulary {tok.vocab_size:,}; wrote {output}")
+        say(quiet, f"learned {len(result.merges):,} merges (last pair count {last:,}); vocabulary {tok.vocab_size:,}; "
+                   f"wrote {_shown(output)}")
 
 
 # -- encode / decode ---------------------------------------------------------------
@@ -270,9 +278,19 @@ def _inputs(paths: Optional[List[str]]) -> List[str]:
     return paths or [STDIN]
 
 
-def _open_output(output: Optional[str]):
-    from .atomic import atomic_write
+def _check_output_arg(output: Optional[str]) -> None:
+    """The error for an ``-o`` that cannot be written (or a closed stdout), before the work."""
+    if output is None or output == "-":
+        stdout_binary()
+    else:
+        check_output(output)
 
+
+def _shown(output: Optional[str]) -> str:
+    return "stdout" if output in (None, "-") else output
+
+
+def _open_output(output: Optional[str]):
     if output is None or output == "-":
         return _StdoutContext()
     return atomic_write(output, "wb")
@@ -280,10 +298,11 @@ def _open_output(output: Optional[str]):
 
 class _StdoutContext:
     def __enter__(self):
-        return sys.stdout.buffer
+        self.stream = stdout_binary()
+        return self.stream
 
     def __exit__(self, *exc):
-        sys.stdout.buffer.flush()
+        self.stream.flush()
 
 
 @app.command()
@@ -301,6 +320,7 @@ def encode(
     with user_errors():
         if fmt not in FORMATS:
             raise typer.BadParameter(f"--format must be one of {', '.join(FORMATS)}")
+        _check_output_arg(output)
         tok = load_any(tokenizer)
         sources = [Source.from_arg(p) for p in _inputs(paths)]
         check_format(fmt, max(tok.vocab) if tok.vocab else 0)
@@ -321,6 +341,7 @@ def decode(
     with user_errors():
         if fmt not in FORMATS:
             raise typer.BadParameter(f"--format must be one of {', '.join(FORMATS)}")
+        _check_output_arg(output)
         tok = load_any(tokenizer)
         sources = [Source.from_arg(p) for p in _inputs(paths)]
         with _open_output(output) as out:
@@ -335,6 +356,7 @@ def decode(
 def info(tokenizer: str = TokOpt, as_json: bool = typer.Option(False, "--json", help="Machine-readable output.")):
     """Vocabulary size, merges, special tokens, pretokenizer, tie-break and rules digest."""
     with user_errors():
+        stdout_binary()
         tok = load_any(tokenizer)
         data = {
             "vocab_size": tok.vocab_size,
@@ -364,6 +386,7 @@ def stats(
     from .estimate import estimate_train_memory
 
     with user_errors():
+        stdout_binary()
         with Store.open(store_path(store), readonly=True) as st:
             with st.reader() as txn:
                 info_ = st.info(txn)
@@ -417,7 +440,7 @@ def stats(
 def export(
     tokenizer: str = TokOpt,
     fmt: str = typer.Option(..., "--format", "-f", help="hf (tokenizer.json), gpt2 (directory), tiktoken (rank file + PATH.json) or native."),
-    output: str = typer.Option(..., "--output", "-o", help="Where to write (a directory for gpt2)."),
+    output: str = typer.Option(..., "--output", "-o", help="Where to write (a directory for gpt2; '-' is stdout for hf and native)."),
     vocab_size: Optional[int] = typer.Option(None, "--vocab-size", help="Keep only the first merges: this many tokens in all."),
     quiet: bool = QuietOpt,
 ):
@@ -427,7 +450,7 @@ def export(
     with user_errors():
         tok = load_any(tokenizer)
         for written in export_tokenizer(tok, fmt, output, vocab_size):
-            say(quiet, f"wrote {written}")
+            say(quiet, f"wrote {_shown(written)}")
 
 
 @app.command(name="eval")
@@ -441,6 +464,7 @@ def eval_(
     from .evaluate import evaluate
 
     with user_errors():
+        stdout_binary()
         prefixes = None
         if merges:
             try:

@@ -51,12 +51,11 @@ import gzip
 import json
 import os
 import re
-import sys
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import BinaryIO, Dict, Iterable, Iterator, Optional, Tuple
 
-from ..atomic import atomic_write
+from ..atomic import atomic_write, stdout_binary
 from ..counting import make_settings
 from ..pretokenize import PretokenizeError
 
@@ -283,7 +282,7 @@ def check_counts(path: str) -> CountsInfo:
 @contextmanager
 def _open_write(path: str):
     if path == "-":
-        out = sys.stdout.buffer
+        out = stdout_binary()
         yield out
         out.flush()
         return

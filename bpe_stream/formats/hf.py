@@ -457,15 +457,23 @@ def to_hf_document(tok: Tokenizer) -> dict:
     }
 
 
+def hf_file(path) -> str:
+    """Where ``save_hf`` writes for ``path``: ``tokenizer.json`` inside it when it is a directory."""
+    path = os.fspath(path)
+    return os.path.join(path, "tokenizer.json") if os.path.isdir(path) else path
+
+
+def write_hf(tok: Tokenizer, f) -> None:
+    """Writes the ``tokenizer.json`` document of ``tok`` to the text stream ``f``."""
+    json.dump(to_hf_document(tok), f, ensure_ascii=False, indent=2)
+    f.write("\n")
+
+
 def save_hf(tok: Tokenizer, path) -> str:
     """Writes ``tokenizer.json`` at ``path`` (inside it when ``path`` is a directory); returns the file."""
-    path = os.fspath(path)
-    if os.path.isdir(path):
-        path = os.path.join(path, "tokenizer.json")
-    doc = to_hf_document(tok)
+    path = hf_file(path)
     with atomic_write(path, "w") as f:
-        json.dump(doc, f, ensure_ascii=False, indent=2)
-        f.write("\n")
+        write_hf(tok, f)
     return path
 
 
