@@ -89,6 +89,13 @@ class TokenizerError(ValueError):
     """A tokenizer that is inconsistent, or input it cannot encode or decode."""
 
 
+def _utf8(text: str) -> bytes:
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise TokenizerError(f"the symbol {text!r} is not valid UTF-8 text") from None
+
+
 class Tokenizer:
     """A byte-level BPE tokenizer.
 
@@ -123,6 +130,12 @@ class Tokenizer:
                 raise TokenizerError(f"unknown symbol role {role!r}")
             if sid not in vocab:
                 raise TokenizerError(f"symbol {text!r} has id {sid}, which is not in the vocabulary")
+            if role in ("special", "end_of_word") and vocab[sid] != _utf8(text):
+                # encode finds the text, decode writes the bytes: they must be one and the same
+                raise TokenizerError(
+                    f"the {'special token' if role == 'special' else 'word-end marker'} {text!r} (id {sid}) is "
+                    f"stored as the bytes {vocab[sid][:40]!r}, not as its text"
+                )
             symbol_ids.add(sid)
             if role == "special":
                 self.special_ids[text] = sid

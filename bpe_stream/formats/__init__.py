@@ -17,9 +17,9 @@ from typing import BinaryIO, List, Optional
 
 from ..atomic import check_output, stdout_binary
 from ..tokenizer import Tokenizer, TokenizerError
+from .files import MAX_TOKENIZER_BYTES, read_tokenizer_file  # noqa: F401  (a larger -t is a corpus passed by mistake)
 
 EXPORT_FORMATS = ("hf", "gpt2", "tiktoken", "native")
-MAX_TOKENIZER_BYTES = 1 << 30  # a larger -t is a corpus passed by mistake, not read whole
 
 
 def load_any(path) -> Tokenizer:
@@ -63,13 +63,7 @@ def _load_any(path) -> Tokenizer:
         )
     if not os.path.exists(path):
         raise TokenizerError(f"no tokenizer at {path}; train one with 'bpe-stream train -o {path}'")
-    if os.path.getsize(path) > MAX_TOKENIZER_BYTES:
-        raise TokenizerError(f"{path} is {os.path.getsize(path):,} bytes, too large for a tokenizer file; check the -t argument")
-    try:
-        with open(path, "rb") as f:
-            data = f.read()
-    except OSError as exc:
-        raise TokenizerError(f"{path}: cannot read it ({exc.strerror})") from None
+    data = read_tokenizer_file(path)
     try:
         doc = json.loads(data)
     except (UnicodeDecodeError, json.JSONDecodeError):
