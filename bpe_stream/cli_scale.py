@@ -20,17 +20,15 @@ import typer
 
 from .cli import QuietOpt, StoreOpt, app, parse_size, say, store_path, user_errors
 from .formats.counts import BatchAdder, CountsFormatError, CountsInfo, check_counts, iter_counts, write_counts
-from .store import Store, StoreError
+from .store import Store, StoreError, settings_difference
 
 DEFAULT_BUDGET = "256M"
 _TOTALS = ("bytes", "documents", "specials", "pretokens")
 
 
 def _settings_mismatch(a: dict, b: dict) -> Optional[str]:
-    for key in sorted(set(a) | set(b)):
-        if a.get(key) != b.get(key):
-            return f"{key}={a.get(key)!r} vs {b.get(key)!r}"
-    return None
+    diff = settings_difference(a, b)
+    return f"{diff[0]}={diff[1]!r} vs {diff[2]!r}" if diff else None
 
 
 # -- library -----------------------------------------------------------------------------

@@ -27,6 +27,7 @@ from itertools import chain
 from typing import Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
 from .bpe import LOW_MASK, PAIR_SHIFT, TIE_BREAKS, count_pairs, merge_word, tie_break_keys
+from .pretokenize import SpecialSplitter, check_end_of_word
 
 try:  # the C merge loop (bpe_stream/_fastbpe.c); the pure-Python loop below is the fallback
     from . import _fastbpe
@@ -85,7 +86,13 @@ class TrainConfig:
             counts.append(count)
         return TrainResult(merges, counts, vocab, self.base_symbols())
 
+    def check(self) -> None:
+        """The symbols: special tokens and the word-end marker that work as they are given."""
+        SpecialSplitter(self.special_tokens)  # non-empty UTF-8 texts
+        check_end_of_word(self.end_of_word, self.special_tokens)
+
     def max_merges(self) -> int:
+        self.check()
         base = 256 + len(self.base_symbols())
         if self.tie_break not in TIE_BREAKS:
             raise TrainError(f"unknown tie-break {self.tie_break!r}; choose one of {', '.join(TIE_BREAKS)}")
