@@ -40,6 +40,10 @@ static double dbg_now(void) { struct timespec t; clock_gettime(CLOCK_MONOTONIC, 
 static double dbg_t0, dbg_t1;
 
 #define NONE 0xFFFFFFFFu
+/* Counts are int64.  A pair's count never exceeds the first count of the byte pair at the
+ * same places (every occurrence of (X, Y) sits where the last byte of X met the first of
+ * Y), so checking the counts as they are first summed keeps every later one in range. */
+#define COUNT_OVERFLOW "the pair counts of these words pass 2**63-1, the limit of the merge loop's 64-bit counts"
 #define DEAD 0xFFFFFFFFu
 #define EMPTY_KEY 0xFFFFFFFFFFFFFFFFull
 
@@ -773,6 +777,7 @@ static PyObject *train(PyObject *self, PyObject *args) {
                     r = pair_get(&s, key, 1);
                 }
                 if (r == NONE || occ_push(&s.recs[r], (uint32_t)i) < 0) { PyErr_NoMemory(); goto done; }
+                if (s.recs[r].count > INT64_MAX - s.freq[w]) { PyErr_SetString(PyExc_ValueError, COUNT_OVERFLOW); goto done; }
                 s.recs[r].count += s.freq[w];
             }
         }
@@ -976,6 +981,11 @@ static PyObject *PairIndex_add_word(PairIndexObject *self, PyObject *args) {
         }
         uint32_t r = pair_get(&self->s, ((uint64_t)sym[i] << 32) | sym[i + 1], 1);
         if (r == NONE || push_wid(&self->s.recs[r], wid) < 0) { PyBuffer_Release(&seq); return PyErr_NoMemory(); }
+        if (freq < 0 || self->s.recs[r].count > INT64_MAX - freq) {
+            PyBuffer_Release(&seq);
+            PyErr_SetString(PyExc_ValueError, COUNT_OVERFLOW);
+            return NULL;
+        }
         self->s.recs[r].count += freq;
     }
     if (set_signature(self, wid, signature(sym, (size_t)n)) < 0) { PyBuffer_Release(&seq); return PyErr_NoMemory(); }

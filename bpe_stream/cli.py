@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import heapq
 import json
+import math
 import os
 import sys
 from contextlib import contextmanager
@@ -113,6 +114,8 @@ def parse_size(text: str) -> int:
         value = float(number)
     except ValueError:
         raise typer.BadParameter(f"{text!r} is not a size; write e.g. 512M or 2G") from None
+    if not math.isfinite(value * units[unit]):  # nan, inf, 1e400
+        raise typer.BadParameter(f"{text!r} is not a size; write a finite number, e.g. 512M or 2G")
     if value <= 0:
         raise typer.BadParameter(f"{text!r}: a size must be positive")
     return int(value * units[unit])

@@ -162,7 +162,12 @@ def unpack(data: bytes):
         raise StoreError(f"a store record is damaged ({exc})") from None
 
 
+MAX_COUNT = (1 << 63) - 1  # counts and totals: what the merge loop's signed 64-bit counts hold
+
+
 def _u64(value: int) -> bytes:
+    if value > MAX_COUNT:  # the whole transaction is aborted: the store keeps its last commit
+        raise StoreError(f"a count would pass 2**63-1 ({value:,}); the store keeps 64-bit counts")
     return value.to_bytes(8, "little")
 
 
@@ -490,6 +495,8 @@ class Store:
         totals = info["totals"]
         for key, value in delta.items():
             totals[key] = totals.get(key, 0) + value
+            if totals[key] > MAX_COUNT:
+                raise StoreError(f"the store's total of {key} would pass 2**63-1; the store keeps 64-bit counts")
         txn.put(b"info", pack(info), db=self.db["meta"])
 
     def count_of(self, pretoken: bytes) -> int:

@@ -392,7 +392,8 @@ class Tokenizer:
             out = [None]
         if None in out:
             bad = next(i for i in ids if not isinstance(i, int) or i < 0 or i > self._max_id or dense[i] is None)
-            raise TokenizerError(f"id {bad} is not in the vocabulary (ids are 0..{self._max_id})")
+            shown = bad if not isinstance(bad, int) or abs(bad) < 10 ** 30 else f"of {bad.bit_length():,} bits"
+            raise TokenizerError(f"id {shown} is not in the vocabulary (ids are 0..{self._max_id})")
         return out
 
     def decode_chunks(self, id_batches: Iterable[Sequence[int]]) -> Iterator[bytes]:
