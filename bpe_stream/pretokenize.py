@@ -66,6 +66,29 @@ class PretokenizeError(ValueError):
     """Input a pretokenizer cannot handle (for example text a custom pattern does not cover)."""
 
 
+def require_utf8(text: str, what: str) -> None:
+    """Settings are stored and matched as text: one given in bytes that are not UTF-8 (which
+    arrive as lone surrogates) is an error that says so."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        shown = text.encode("utf-8", "surrogateescape").decode("ascii", "backslashreplace")
+        raise PretokenizeError(f"{what} '{shown}' is not valid UTF-8; give it as UTF-8 text") from None
+
+
+def check_end_of_word(marker: Optional[str], special_tokens: Sequence[str]) -> None:
+    """The word-end marker, when there is one, is a non-empty text that is not a special token."""
+    if marker is None:
+        return
+    if not marker:
+        raise PretokenizeError("--end-of-word cannot be empty; give the marker text, e.g. '</w>'")
+    require_utf8(marker, "the --end-of-word marker")
+    if marker in special_tokens:
+        raise PretokenizeError(
+            f"--end-of-word {marker!r} is also a special token; the marker and the special tokens must differ"
+        )
+
+
 @dataclass(frozen=True)
 class Pretokenizer:
     """A named pretokenizer: ``split`` turns text into pretokens, ``safe_cut`` says where
@@ -83,6 +106,7 @@ class Pretokenizer:
             pattern = name[len("regex:"):]
             if not pattern:
                 raise PretokenizeError("the regex: pretokenizer needs a pattern, e.g. 'regex:\\S+|\\s+'")
+            require_utf8(pattern, "the pattern")
             try:
                 regex.compile(pattern)
             except regex.error as exc:
@@ -104,14 +128,19 @@ class Pretokenizer:
         return self.name.startswith("regex:")
 
     def split(self, text: str) -> list:
-        """The pretokens of ``text`` (no special tokens inside), in order."""
+        """The pretokens of ``text`` (no special tokens inside), in order.  A custom pattern's
+        empty matches are no pretokens (the named patterns have none): counting them would
+        count nothing, and encoding one with a word-end marker would add a marker."""
         if not text:
             return []
         if self.pattern is None:
             return [text]
         pieces = self.compiled.findall(text)
-        if self.is_custom and sum(map(len, pieces)) != len(text):
-            self._raise_uncovered(text)
+        if self.is_custom:
+            if "" in pieces:
+                pieces = [p for p in pieces if p]
+            if sum(map(len, pieces)) != len(text):
+                self._raise_uncovered(text)
         return pieces
 
     def _raise_uncovered(self, text: str) -> None:
@@ -172,6 +201,7 @@ class SpecialSplitter:
         for tok in self.tokens:
             if not tok:
                 raise PretokenizeError("a special token cannot be empty")
+            require_utf8(tok, "the special token")
         self.max_len = max((len(t) for t in self.tokens), default=0)
         ordered = sorted(self.tokens, key=len, reverse=True)
         self.regex = regex.compile("|".join(regex.escape(t) for t in ordered)) if ordered else None

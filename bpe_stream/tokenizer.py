@@ -86,6 +86,13 @@ class TokenizerError(ValueError):
     """A tokenizer that is inconsistent, or input it cannot encode or decode."""
 
 
+def _utf8(text: str) -> bytes:
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise TokenizerError(f"the symbol {text!r} is not valid UTF-8 text") from None
+
+
 class Tokenizer:
     """A byte-level BPE tokenizer.
 
@@ -120,6 +127,12 @@ class Tokenizer:
                 raise TokenizerError(f"unknown symbol role {role!r}")
             if sid not in vocab:
                 raise TokenizerError(f"symbol {text!r} has id {sid}, which is not in the vocabulary")
+            if role in ("special", "end_of_word") and vocab[sid] != _utf8(text):
+                # encode finds the text, decode writes the bytes: they must be one and the same
+                raise TokenizerError(
+                    f"the {'special token' if role == 'special' else 'word-end marker'} {text!r} (id {sid}) is "
+                    f"stored as the bytes {vocab[sid][:40]!r}, not as its text"
+                )
             symbol_ids.add(sid)
             if role == "special":
                 self.special_ids[text] = sid
@@ -387,7 +400,8 @@ class Tokenizer:
             out = [None]
         if None in out:
             bad = next(i for i in ids if not isinstance(i, int) or i < 0 or i > self._max_id or dense[i] is None)
-            raise TokenizerError(f"id {bad} is not in the vocabulary (ids are 0..{self._max_id})")
+            shown = bad if not isinstance(bad, int) or abs(bad) < 10 ** 30 else f"of {bad.bit_length():,} bits"
+            raise TokenizerError(f"id {shown} is not in the vocabulary (ids are 0..{self._max_id})")
         return out
 
     def decode_chunks(self, id_batches: Iterable[Sequence[int]]) -> Iterator[bytes]:

@@ -27,6 +27,7 @@ from itertools import chain
 from typing import Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
 from .bpe import LOW_MASK, PAIR_SHIFT, TIE_BREAKS, count_pairs, merge_word, tie_break_keys
+from .pretokenize import SpecialSplitter, check_end_of_word
 
 from .native import agree
 from .native import fastbpe as _fastbpe  # the C merge loop (csrc/merge_loop.c); the Python loop below is the fallback
@@ -35,6 +36,11 @@ agree("TIE_BREAKS", TIE_BREAKS)  # the C loop knows the rules by these names (cs
 
 DOC_START = "<|startofdoc|>"
 DOC_END = "<|endofdoc|>"
+# Token ids are 32-bit everywhere (the C loops, the u32 format), one value kept for "none".
+MAX_VOCAB_SIZE = (1 << 32) - 1
+# Counts are 64-bit signed in the merge loop (and in the store, below 2**63).
+MAX_COUNT = (1 << 63) - 1
+COUNT_OVERFLOW = "the pair counts of these words pass 2**63-1, the limit of the merge loop's 64-bit counts"
 
 
 class TrainError(ValueError):
@@ -85,7 +91,21 @@ class TrainConfig:
             counts.append(count)
         return TrainResult(merges, counts, vocab, self.base_symbols())
 
+    def check(self) -> None:
+        """The options' bounds (no value a user can give reaches a loop as an overflow) and the
+        symbols (special tokens and a word-end marker that work as they are given)."""
+        for option, value, top in (("--vocab-size", self.vocab_size, MAX_VOCAB_SIZE),
+                                   ("--num-merges", self.num_merges, MAX_VOCAB_SIZE)):
+            if value is not None and value > top:
+                raise TrainError(f"{option} {value} is beyond the {top:,} tokens 32-bit ids allow")
+        for option, value in (("--min-count", self.min_count), ("--min-word-count", self.min_word_count)):
+            if not 0 <= value <= MAX_COUNT:
+                raise TrainError(f"{option} {value} is not a count; give a number from 0 (the same as 1) to {MAX_COUNT}")
+        SpecialSplitter(self.special_tokens)  # non-empty UTF-8 texts
+        check_end_of_word(self.end_of_word, self.special_tokens)
+
     def max_merges(self) -> int:
+        self.check()
         base = 256 + len(self.base_symbols())
         if self.tie_break not in TIE_BREAKS:
             raise TrainError(f"unknown tie-break {self.tie_break!r}; choose one of {', '.join(TIE_BREAKS)}")
@@ -209,7 +229,11 @@ class MergeLog:
 
     def extend(self, batch: Iterable[Tuple[int, int, int]]) -> None:
         before = len(self.flat)
-        self.flat.extend(chain.from_iterable(batch))
+        try:
+            self.flat.extend(chain.from_iterable(batch))
+        except OverflowError:  # the pure-Python loop counts without a limit
+            del self.flat[before:]
+            raise TrainError(COUNT_OVERFLOW) from None
         if len(self.flat) % 3:
             del self.flat[before:]
             raise ValueError("merges are (left, right, count) triples")

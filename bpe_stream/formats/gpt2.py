@@ -7,14 +7,15 @@ import os
 from typing import List, Optional, Sequence, Tuple
 
 from ..tokenizer import Tokenizer, TokenizerError
+from .files import read_tokenizer_file
 from .printable import from_printable
 
 
 def _read_json(path):
+    data = read_tokenizer_file(path, "a vocab.json")
     try:
-        with open(path, encoding="utf-8") as f:
-            return json.load(f)
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        return json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise TokenizerError(f"{path}: cannot read a vocab.json ({exc})") from None
 
 
@@ -36,9 +37,9 @@ def load_gpt2(vocab_json, merges_txt, special_tokens: Optional[Sequence[str]] = 
             vocab[tid] = token.encode("utf-8")  # an added token such as <|endoftext|>
     merges = []
     try:
-        with open(merges_txt, encoding="utf-8") as f:
-            lines = f.read().split("\n")
-    except (OSError, UnicodeDecodeError) as exc:
+        text = read_tokenizer_file(merges_txt, "a merges.txt").decode("utf-8")
+        lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")  # as a text-mode open() reads it
+    except UnicodeDecodeError as exc:
         raise TokenizerError(f"{merges_txt}: cannot read a merges.txt ({exc})") from None
     for lineno, line in enumerate(lines, 1):
         if not line or line.startswith("#version"):

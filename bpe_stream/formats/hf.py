@@ -49,6 +49,7 @@ from ..pretokenize import (
     PretokenizeError,
 )
 from ..tokenizer import Tokenizer, TokenizerError
+from .files import read_tokenizer_file
 from .printable import from_printable, to_printable
 
 # ----------------------------------------------------------------------------------
@@ -457,15 +458,23 @@ def to_hf_document(tok: Tokenizer) -> dict:
     }
 
 
+def hf_file(path) -> str:
+    """Where ``save_hf`` writes for ``path``: ``tokenizer.json`` inside it when it is a directory."""
+    path = os.fspath(path)
+    return os.path.join(path, "tokenizer.json") if os.path.isdir(path) else path
+
+
+def write_hf(tok: Tokenizer, f) -> None:
+    """Writes the ``tokenizer.json`` document of ``tok`` to the text stream ``f``."""
+    json.dump(to_hf_document(tok), f, ensure_ascii=False, indent=2)
+    f.write("\n")
+
+
 def save_hf(tok: Tokenizer, path) -> str:
     """Writes ``tokenizer.json`` at ``path`` (inside it when ``path`` is a directory); returns the file."""
-    path = os.fspath(path)
-    if os.path.isdir(path):
-        path = os.path.join(path, "tokenizer.json")
-    doc = to_hf_document(tok)
+    path = hf_file(path)
     with atomic_write(path, "w") as f:
-        json.dump(doc, f, ensure_ascii=False, indent=2)
-        f.write("\n")
+        write_hf(tok, f)
     return path
 
 
@@ -612,10 +621,12 @@ def from_hf_document(doc: dict, where: str = "tokenizer.json") -> Tokenizer:
         raise TokenizerError(f"{where}: the BPE model has no vocab object")
     vocab: Dict[int, bytes] = {}
     text_to_id: Dict[str, int] = {}
+    id_to_text: Dict[int, str] = {}
     for text, tid in raw_vocab.items():
         if not isinstance(tid, int) or isinstance(tid, bool) or tid < 0:
             raise TokenizerError(f"{where}: the id of {text!r} is not a non-negative integer")
         text_to_id[text] = tid
+        id_to_text.setdefault(tid, text)
         try:
             vocab[tid] = from_printable(text)
         except KeyError:
@@ -632,6 +643,10 @@ def from_hf_document(doc: dict, where: str = "tokenizer.json") -> Tokenizer:
         model_id = text_to_id.get(content)
         if model_id is not None and model_id != tid:
             raise TokenizerError(f"{where}: the added token {content!r} has id {tid} but the vocab gives it {model_id}")
+        model_text = id_to_text.get(tid)
+        if model_text is not None and model_text != content and vocab[tid] != content.encode("utf-8"):
+            raise TokenizerError(f"{where}: the added token {content!r} has id {tid}, which the vocab gives to "
+                                 f"{model_text[:40]!r}; one id cannot be two tokens")
         vocab[tid] = content.encode("utf-8")
         symbols.append((tid, "special", content))
     start, end = _doc_boundaries(doc.get("post_processor"), where)
@@ -672,10 +687,10 @@ def load_hf(path) -> Tokenizer:
     path = os.fspath(path)
     if os.path.isdir(path):
         path = os.path.join(path, "tokenizer.json")
+    data = read_tokenizer_file(path, "a tokenizer.json")
     try:
-        with open(path, encoding="utf-8") as f:
-            doc = json.load(f)
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        doc = json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise TokenizerError(f"{path}: cannot read a tokenizer.json ({exc})") from None
     if not is_hf(doc):
         raise TokenizerError(f"{path} is not a Hugging Face tokenizer.json (no model)")
