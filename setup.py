@@ -8,5 +8,13 @@ from setuptools import Extension, setup
 setup(
     ext_modules=[
         Extension("bpe_stream._fastbpe", ["bpe_stream/_fastbpe.c"], optional=True, extra_compile_args=["-O2"]),
+        # the native pretokenizer scanner; without it bpe_stream.scan falls back to regex
+        Extension(
+            "bpe_stream._scan",
+            ["bpe_stream/csrc/scan_module.c", "bpe_stream/csrc/scan.c"],
+            depends=["bpe_stream/csrc/scan.h", "bpe_stream/csrc/unicode_tables.h"],
+            optional=True,
+            extra_compile_args=["-O2"],
+        ),
     ]
 )
