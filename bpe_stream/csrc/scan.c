@@ -24,6 +24,16 @@
 
 #define NO_MATCH SIZE_MAX
 
+/* The per-character steps must be inlined into the matchers (the ASCII path is a table
+ * lookup); decoding a multi-byte character is the rare, out-of-line path. */
+#if defined(__GNUC__) || defined(__clang__)
+#define HOT static inline __attribute__((always_inline))
+#define COLD static __attribute__((noinline))
+#else
+#define HOT static inline
+#define COLD static
+#endif
+
 /* One character: its class mask, code point and length in bytes (len 0, cls 0 past the end). */
 typedef struct {
     uint32_t cls, cp, len;
@@ -35,7 +45,7 @@ static inline uint32_t class_of(uint32_t cp) {
 }
 
 /* The code point of the character that starts with the non-ASCII byte s[i], and its length. */
-static uint32_t decode_multibyte(const uint8_t *s, size_t n, size_t i, uint32_t *len) {
+COLD uint32_t decode_multibyte(const uint8_t *s, size_t n, size_t i, uint32_t *len) {
     uint32_t b0 = s[i], lo = 0x80, hi = 0xBF, need, cp;
     if (b0 >= 0xC2 && b0 <= 0xDF) {
         need = 1, cp = b0 & 0x1F;
@@ -64,7 +74,7 @@ invalid:
     return 0xDC00 + b0;
 }
 
-static inline chr_t at(const uint8_t *s, size_t n, size_t i) {
+HOT chr_t at(const uint8_t *s, size_t n, size_t i) {
     chr_t c;
     if (i >= n) {
         c.cls = 0, c.cp = UINT32_MAX, c.len = 0;
@@ -78,7 +88,7 @@ static inline chr_t at(const uint8_t *s, size_t n, size_t i) {
 }
 
 /* The end of the run of characters in `mask` from i (i itself if there is none). */
-static inline size_t run(const uint8_t *s, size_t n, size_t i, uint32_t mask) {
+HOT size_t run(const uint8_t *s, size_t n, size_t i, uint32_t mask) {
     for (;;) {
         chr_t c = at(s, n, i);
         if (!(c.cls & mask)) return i;
@@ -87,7 +97,7 @@ static inline size_t run(const uint8_t *s, size_t n, size_t i, uint32_t mask) {
 }
 
 /* The same, at most `most` characters long. */
-static inline size_t run_at_most(const uint8_t *s, size_t n, size_t i, uint32_t mask, int most) {
+HOT size_t run_at_most(const uint8_t *s, size_t n, size_t i, uint32_t mask, int most) {
     for (int k = 0; k < most; k++) {
         chr_t c = at(s, n, i);
         if (!(c.cls & mask)) break;
@@ -97,7 +107,7 @@ static inline size_t run_at_most(const uint8_t *s, size_t n, size_t i, uint32_t 
 }
 
 /* The end of the run of CR, LF and '/' from i (o200k's [\r\n/]*). */
-static inline size_t run_crlf_slash(const uint8_t *s, size_t n, size_t i) {
+HOT size_t run_crlf_slash(const uint8_t *s, size_t n, size_t i) {
     while (i < n && (s[i] == '\r' || s[i] == '\n' || s[i] == '/')) i++;
     return i;
 }
@@ -108,7 +118,7 @@ typedef struct {
     size_t end, last, after_crlf;
 } space_run;
 
-static inline space_run spaces(const uint8_t *s, size_t n, size_t p) {
+HOT space_run spaces(const uint8_t *s, size_t n, size_t p) {
     space_run r = {p, p, 0};
     for (;;) {
         chr_t c = at(s, n, r.end);
@@ -149,7 +159,7 @@ static size_t contraction_ci(const uint8_t *s, size_t n, size_t p) {
 }
 
 /* ` ?X+` for the class X of c's successor when c is a space, else of c: the run's end, or p. */
-static inline size_t space_then_run(const uint8_t *s, size_t n, size_t p, chr_t c, uint32_t mask) {
+HOT size_t space_then_run(const uint8_t *s, size_t n, size_t p, chr_t c, uint32_t mask) {
     size_t q = p;
     if (c.cp == ' ') {
         q = p + 1;
