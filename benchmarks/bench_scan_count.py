@@ -47,7 +47,7 @@ def bench(path: Path, mb: int, pattern: str, repeat: int) -> str:
 
     t_native, table = cpu_best(native, repeat)
     t_dict, counts = cpu_best(table.to_dict, 1)
-    t_pack, packed = cpu_best(table.pack, 1)
+    t_pack, _ = cpu_best(table.pack, 1)
     t_regex, baseline = cpu_best(lambda: Counter(findall(text)), 1)
     want = {k.encode("utf-8", "surrogateescape"): n for k, n in baseline.items()}
     if counts != want:

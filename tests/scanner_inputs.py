@@ -69,7 +69,11 @@ INVALID_UTF8 = [
     b"\xf8", b"\xfe", b"\xff", b"\xf0\x9f\x98", b"\xc3\xa9"[:1],
 ]
 
-utf8 = lambda s: s.encode("utf-8")  # noqa: E731
+
+def utf8(text: str) -> bytes:
+    return text.encode("utf-8")
+
+
 fragment = st.one_of(
     st.one_of(*[st.characters(categories=[c]) for c in CATEGORIES]).map(utf8),
     st.characters(categories=["Mn", "Mc", "Me"]).map(utf8),

@@ -19,10 +19,10 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from scanner_inputs import NAMES, SETTINGS, corpus_slices, documents, reference
 
 from bpe_stream import count_table
 from bpe_stream.count_table import MAX_COUNT, PyCountTable, pack_counts, unpack_counts
-from scanner_inputs import NAMES, SETTINGS, corpus_slices, documents, reference
 
 REPO = Path(__file__).resolve().parent.parent
 native = pytest.mark.skipif(count_table.NativeCountTable is None, reason="bpe_stream._scan is not built")

@@ -139,7 +139,8 @@ def two_stage(masks: array) -> tuple:
 
 def unicode_version() -> str:
     """The Unicode version the installed ``regex`` states in its description."""
-    description = importlib.metadata.metadata("regex").get_payload() or ""
+    # the raw file, not metadata().get_payload(): some imports (dask's) leave that empty
+    description = importlib.metadata.distribution("regex").read_text("METADATA") or ""
     m = re.search(r"supports Unicode (\d+\.\d+\.\d+)", description)
     return m.group(1) if m else "unknown"
 

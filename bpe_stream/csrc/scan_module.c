@@ -13,11 +13,18 @@
 
 #define SPAN_BATCH 1024 /* spans per bs_scan call, on the stack */
 
-static int pattern_arg(const char *name) {
-    int pattern = bs_scan_pattern_by_name(name);
-    if (pattern == BS_SCAN_EPATTERN)
+/* Parses the keyword arguments (data, pattern): a buffer, to be released, and a
+ * bs_scan_pattern.  0 (an exception set, nothing to release) when they do not parse. */
+static int data_and_pattern(PyObject *args, PyObject *kwargs, const char *format, Py_buffer *buf, int *pattern) {
+    static char *keywords[] = {"data", "pattern", NULL};
+    const char *name;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, format, keywords, buf, &name)) return 0;
+    if ((*pattern = bs_scan_pattern_by_name(name)) == BS_SCAN_EPATTERN) {
         PyErr_Format(PyExc_ValueError, "no native scanner for the pretokenizer '%s'", name);
-    return pattern;
+        PyBuffer_Release(buf);
+        return 0;
+    }
+    return 1;
 }
 
 PyDoc_STRVAR(scan_doc,
@@ -27,14 +34,11 @@ PyDoc_STRVAR(scan_doc,
              "``data.decode('utf-8', 'surrogateescape')``, each match encoded back the same way.");
 
 static PyObject *py_scan(PyObject *self, PyObject *args, PyObject *kwargs) {
-    static char *keywords[] = {"data", "pattern", NULL};
     Py_buffer buf;
-    const char *name;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "y*s:scan", keywords, &buf, &name)) return NULL;
-    PyObject *result = NULL, *list = NULL;
-    int pattern = pattern_arg(name);
-    if (pattern < 0) goto done;
-    if (!(list = PyList_New(0))) goto done;
+    int pattern;
+    if (!data_and_pattern(args, kwargs, "y*s:scan", &buf, &pattern)) return NULL;
+    PyObject *result = NULL, *list = PyList_New(0);
+    if (!list) goto done;
     bs_span spans[SPAN_BATCH];
     const uint8_t *data = buf.buf;
     size_t pos = 0;
@@ -101,15 +105,12 @@ PyDoc_STRVAR(feed_doc, "feed(data, pattern) -> int\n\n"
                        "and returns how many there were.");
 
 static PyObject *table_feed(CountTableObject *self, PyObject *args, PyObject *kwargs) {
-    static char *keywords[] = {"data", "pattern", NULL};
     Py_buffer buf;
-    const char *name;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "y*s:feed", keywords, &buf, &name)) return NULL;
-    int pattern = pattern_arg(name), rc = BS_CT_OK;
+    int pattern;
+    if (!data_and_pattern(args, kwargs, "y*s:feed", &buf, &pattern)) return NULL;
     uint64_t counted = 0;
-    if (pattern >= 0) rc = bs_ct_feed(self->table, pattern, buf.buf, (size_t)buf.len, &counted);
+    int rc = bs_ct_feed(self->table, pattern, buf.buf, (size_t)buf.len, &counted);
     PyBuffer_Release(&buf);
-    if (pattern < 0) return NULL;
     if (rc != BS_CT_OK) return table_error(rc);
     return PyLong_FromUnsignedLongLong(counted);
 }
