@@ -4,7 +4,8 @@ bpe-stream's patterns are read by Python's ``regex``; HF compiles ``Split`` patt
 Oniguruma (Ruby syntax) and tiktoken with fancy-regex.  They agree on classes, ``\\p{..}``,
 look-arounds, possessive ``*+ ++ ?+`` and ``(?i)``, and differ on ``$`` (Python: end or
 before a final newline; Ruby: end of any line; Rust: end), ``^`` (Ruby: start of any
-line), ``\\Z`` and, in Ruby, ``X{n,m}+`` (a repetition, not possessive).
+line), ``\\Z`` and, in Ruby, ``X{n,m}+`` (a repetition, not possessive) and ``X{n}?``
+(an optional ``X{n}``, not a lazy one).
 :func:`to_oniguruma`/:func:`from_oniguruma` and :func:`to_fancy`/:func:`from_fancy`
 rewrite exactly those constructs, on a small syntax tree of the pattern; a reversed
 pattern that re-translates to the same text is given back as the original.
@@ -201,6 +202,8 @@ def _py_to_onig(nodes: list) -> list:
     def brace(out, text):
         if text.endswith("+"):  # possessive in Python, a repetition in Ruby: use an atomic group
             out.append(("group", "(?>", [_take_atom(out, text), ("brace", text[:-1])]))
+        elif text.endswith("?") and "," not in text:  # X{n}? is X{n} in Python (lazy), optional in Ruby
+            out.append(("brace", text[:-1]))
         else:
             out.append(("brace", text))
 
