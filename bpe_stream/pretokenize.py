@@ -9,6 +9,7 @@ every such point, and ``re`` patterns with the named patterns' matches on all-AS
 pretokens by ``re`` on ASCII runs (for encoding).  It works on ``str`` only; bytes
 that are not UTF-8 arrive here as lone surrogates (``surrogateescape``) and leave the same
 way, so invalid input is preserved byte for byte.  It knows nothing of files, LMDB or the CLI.
+The examples in the docstrings are run by ``tests/test_doctests.py``.
 """
 
 from __future__ import annotations
@@ -93,7 +94,11 @@ def check_end_of_word(marker: Optional[str], special_tokens: Sequence[str]) -> N
 @dataclass(frozen=True)
 class Pretokenizer:
     """A named pretokenizer: ``split`` turns text into pretokens, ``safe_cut`` says where
-    a prefix of the text may be pretokenized on its own."""
+    a prefix of the text may be pretokenized on its own.
+
+    >>> Pretokenizer.from_name("gpt2").pattern == GPT2_PATTERN
+    True
+    """
 
     name: str
     pattern: Optional[str]  # None for "none": the whole text is one pretoken
@@ -131,7 +136,13 @@ class Pretokenizer:
     def split(self, text: str) -> list:
         """The pretokens of ``text`` (no special tokens inside), in order.  A custom pattern's
         empty matches are no pretokens (the named patterns have none): counting them would
-        count nothing, and encoding one with a word-end marker would add a marker."""
+        count nothing, and encoding one with a word-end marker would add a marker.
+
+        >>> Pretokenizer.from_name("gpt2").split("Hello world's 42!")
+        ['Hello', ' world', "'s", ' 42', '!']
+        >>> Pretokenizer.from_name("words").split("a  b\\n")  # words drops the spaces
+        ['a', 'b']
+        """
         if not text:
             return []
         if self.pattern is None:
@@ -158,7 +169,16 @@ class Pretokenizer:
 
     def safe_cut(self, text: str) -> int:
         """The largest index ``i`` (0 when there is none) such that ``split(text[:i]) +
-        split(rest)`` equals ``split(text[:i] + rest)`` for any continuation ``rest``."""
+        split(rest)`` equals ``split(text[:i] + rest)`` for any continuation ``rest``.
+
+        >>> gpt2 = Pretokenizer.from_name("gpt2")
+        >>> gpt2.safe_cut("Hello world again")  # before " again": a space after a non-space
+        11
+        >>> gpt2.safe_cut("Hello")  # "Hello" may go on ("Hellos"): no cut yet
+        0
+        >>> Pretokenizer.from_name("cl100k").safe_cut("a!\\nb")  # cl100k's "!\\n" is one pretoken
+        0
+        """
         if self.pattern is None:
             return 0
         if self.is_custom:
@@ -208,7 +228,11 @@ class SpecialSplitter:
         self.regex = regex.compile("|".join(regex.escape(t) for t in ordered)) if ordered else None
 
     def split(self, text: str) -> Iterator[tuple]:
-        """Yields ``(is_special, piece)`` covering ``text`` in order; text pieces are non-empty."""
+        """Yields ``(is_special, piece)`` covering ``text`` in order; text pieces are non-empty.
+
+        >>> list(SpecialSplitter(["<a>", "<a><b>"]).split("x<a><b>y<a>"))  # <a><b> over <a>: the longest wins
+        [(False, 'x'), (True, '<a><b>'), (False, 'y'), (True, '<a>')]
+        """
         if self.regex is None:
             if text:
                 yield False, text
@@ -232,6 +256,16 @@ class StreamSplitter:
     concatenation of the items equals what splitting the whole document gives.  Held back
     are at most the last ``max_len - 1`` characters (a special token may be starting
     there) plus the text after the last safe cut.
+
+    >>> stream = StreamSplitter(Pretokenizer.from_name("gpt2"), SpecialSplitter(["<|end|>"]))
+    >>> list(stream.feed("Hello wor"))  # "Hello" may go on, and a special token may start
+    []
+    >>> list(stream.feed("ld<|en"))
+    [('pretokens', ['Hello'])]
+    >>> list(stream.feed("d|> again"))
+    [('pretokens', [' world']), ('special', '<|end|>')]
+    >>> list(stream.end_document())
+    [('pretokens', [' again'])]
     """
 
     def __init__(self, pretokenizer: Pretokenizer, specials: SpecialSplitter, raw: bool = False):
@@ -324,7 +358,14 @@ def splittable(pre: Pretokenizer) -> bool:
 
 
 def find_byte_cut(data: bytes, start: int, pre: Pretokenizer, specials: Sequence[bytes]) -> int:
-    """The first safe cut at or after ``start`` in ``data`` (at least 4 bytes in), or -1."""
+    """The first safe cut at or after ``start`` in ``data`` (at least 4 bytes in), or -1.
+
+    >>> gpt2 = Pretokenizer.from_name("gpt2")
+    >>> find_byte_cut(b"Hello world again", 0, gpt2, []), find_byte_cut(b"Hello world again", 6, gpt2, [])
+    (5, 11)
+    >>> find_byte_cut(b"Hello<|a b|>world", 0, gpt2, [b"<|a b|>"])  # never inside a special token
+    -1
+    """
     spaces = _ASCII_SPACE_NOT_NEWLINE if pre.name in ("cl100k", "o200k") else _ASCII_SPACE
     longest = max((len(s) for s in specials), default=0)
     for m in spaces.finditer(data, max(start, 4)):
@@ -420,7 +461,11 @@ class Segmenter:
 
 
 def segmenter(pre: Pretokenizer) -> Optional[Segmenter]:
-    """The segmenter of a pretokenizer with a proven cut rule (None for ``none`` and custom patterns)."""
+    """The segmenter of a pretokenizer with a proven cut rule (None for ``none`` and custom patterns).
+
+    >>> segmenter(Pretokenizer.from_name("gpt2")).pattern.findall("Hello  world again")
+    ['Hello', '  world', ' again']
+    """
     if not splittable(pre):
         return None
     return _segmenter(pre.name in ("cl100k", "o200k"))
@@ -434,7 +479,11 @@ def _segmenter(not_newline: bool) -> Segmenter:
 
 
 def ascii_pattern(pre: Pretokenizer) -> Optional[re.Pattern]:
-    """An ``re`` pattern with the matches of ``pre`` on all-ASCII text, or None."""
+    """An ``re`` pattern with the matches of ``pre`` on all-ASCII text, or None.
+
+    >>> ascii_pattern(Pretokenizer.from_name("gpt2")).findall("Hello world's 42!")
+    ['Hello', ' world', "'s", ' 42', '!']
+    """
     source = ASCII_PATTERNS.get(pre.name) if not pre.is_custom else None
     return _compile_re(source) if source is not None else None
 
