@@ -189,16 +189,28 @@ def _take_atom(out: list, quant: str):
     return out.pop()
 
 
-def _py_to_onig(nodes: list) -> list:
-    def leaf(node):
-        if node == ("anchor", "$"):
-            return ("raw", r"(?=\n?\z)")
-        if node == ("anchor", "^"):
-            return ("raw", r"\A")
-        if node == ("esc", r"\Z"):
-            return ("raw", r"\z")
-        return node
+# What each dialect writes for the anchors and escapes the other reads differently.
+_PY_TO_ONIG = {("anchor", "$"): r"(?=\n?\z)", ("anchor", "^"): r"\A", ("esc", r"\Z"): r"\z"}
+_ONIG_TO_PY = {("anchor", "$"): r"(?=\n|\Z)", ("anchor", "^"): r"(?<![^\n])", ("esc", r"\z"): r"\Z",
+               ("esc", r"\Z"): r"(?=\n?\Z)"}
+_PY_TO_FANCY = {("anchor", "$"): r"(?=\n?\z)", ("esc", r"\Z"): r"\z"}
+_FANCY_TO_PY = {("anchor", "$"): r"\Z", ("esc", r"\z"): r"\Z"}
 
+
+def _replacing(table: Dict[tuple, str]):
+    """A ``leaf`` for :func:`_translate`: the nodes in ``table`` become its raw text."""
+    def leaf(node):
+        raw = table.get(node)
+        return node if raw is None else ("raw", raw)
+
+    return leaf
+
+
+def _same_brace(out: list, text: str) -> None:
+    out.append(("brace", text))
+
+
+def _py_to_onig(nodes: list) -> list:
     def brace(out, text):
         if text.endswith("+"):  # possessive in Python, a repetition in Ruby: use an atomic group
             out.append(("group", "(?>", [_take_atom(out, text), ("brace", text[:-1])]))
@@ -207,21 +219,10 @@ def _py_to_onig(nodes: list) -> list:
         else:
             out.append(("brace", text))
 
-    return _translate(nodes, leaf, brace, lambda o: _map_flags(o, "isx", {"s": "m"}))
+    return _translate(nodes, _replacing(_PY_TO_ONIG), brace, lambda o: _map_flags(o, "isx", {"s": "m"}))
 
 
 def _onig_to_py(nodes: list) -> list:
-    def leaf(node):
-        if node == ("anchor", "$"):
-            return ("raw", r"(?=\n|\Z)")
-        if node == ("anchor", "^"):
-            return ("raw", r"(?<![^\n])")
-        if node == ("esc", r"\z"):
-            return ("raw", r"\Z")
-        if node == ("esc", r"\Z"):
-            return ("raw", r"(?=\n?\Z)")
-        return node
-
     def brace(out, text):
         exact = "," not in text
         if text.endswith("+") or (exact and text.endswith("?")):  # Ruby: (?:X{n,m})+ and (?:X{n})?
@@ -230,27 +231,15 @@ def _onig_to_py(nodes: list) -> list:
         else:
             out.append(("brace", text))
 
-    return _translate(nodes, leaf, brace, lambda o: _map_flags(o, "imx", {"m": "s"}))
+    return _translate(nodes, _replacing(_ONIG_TO_PY), brace, lambda o: _map_flags(o, "imx", {"m": "s"}))
 
 
 def _py_to_fancy(nodes: list) -> list:
-    def leaf(node):
-        if node == ("anchor", "$"):
-            return ("raw", r"(?=\n?\z)")
-        if node == ("esc", r"\Z"):
-            return ("raw", r"\z")
-        return node
-
-    return _translate(nodes, leaf, lambda out, text: out.append(("brace", text)), lambda o: _map_flags(o, "isx", {}))
+    return _translate(nodes, _replacing(_PY_TO_FANCY), _same_brace, lambda o: _map_flags(o, "isx", {}))
 
 
 def _fancy_to_py(nodes: list) -> list:
-    def leaf(node):
-        if node == ("anchor", "$") or node == ("esc", r"\z"):
-            return ("raw", r"\Z")
-        return node
-
-    return _translate(nodes, leaf, lambda out, text: out.append(("brace", text)), lambda o: _map_flags(o, "isx", {}))
+    return _translate(nodes, _replacing(_FANCY_TO_PY), _same_brace, lambda o: _map_flags(o, "isx", {}))
 
 
 def _undo(pattern: str) -> str:
