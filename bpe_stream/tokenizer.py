@@ -12,10 +12,10 @@ The public surface: ``encode``, ``encode_bytes``, ``encode_iterable`` and ``enco
 (one document as text, bytes, text chunks or a binary stream), ``decode`` and
 ``decode_bytes``; ``load``, ``from_files`` and ``save``; ``vocab_size``, ``special_tokens``
 and ``token_bytes``.  The private ``_encode_text_bytes``, ``_encode_raw_items_bytes`` (ids as
-native uint32 ``bytes``, what the CLI's workers format) and ``_decode_chunks`` (bytes of id
-batches, what ``decode`` streams) serve the package's own encode, decode and eval.  The
-examples in the methods' docstrings use the ``tok`` of the class docstring's
-(``tests/test_doctests.py`` runs them in that order).
+native uint32 ``bytes``, what the CLI's workers format) and ``_decode_chunks`` (the bytes of
+batches of ids, what the CLI's decode streams) serve the package's own encode, decode and
+eval.  The examples in the methods' docstrings use the ``tok`` built in the class docstring
+(``tests/test_doctests.py`` runs that one first).
 """
 
 from __future__ import annotations
