@@ -27,6 +27,8 @@ from array import array
 from typing import Iterable, Iterator, List, Optional, Protocol, Sequence, Tuple, Union
 
 INT64_MAX = (1 << 63) - 1  # a limit or threshold past it is as good as none (C takes int64)
+# The C loops' words (common.c, BS_COUNT_OVERFLOW) for the Python engine's counts past int64.
+COUNT_OVERFLOW = "the pair counts of these words pass 2**63-1, the limit of the merge loop's 64-bit counts"
 
 Merge = Tuple[int, int, int]  # (left, right, count)
 

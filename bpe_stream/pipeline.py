@@ -265,6 +265,8 @@ def train_from_store(
     ``resume`` continues from them; ``from_tokenizer`` continues a finished tokenizer.
     ``config`` is not changed (the plan holds the effective one).
     """
+    if not checkpoint_seconds >= 0:  # nan too
+        raise TrainError(f"--checkpoint-seconds {checkpoint_seconds} is not a time; give seconds, 0 or more (inf: never)")
     with store.reader() as txn:  # the plan's figures and the words trained on: one committed state
         # 1. Plan: settings, fingerprint, forced prefix, path (no side effects).
         plan = plan_training(store, config, txn, engine=engine, max_memory=max_memory, path=path, resume=resume,

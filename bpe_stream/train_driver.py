@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from itertools import chain
 from typing import Callable, Iterable, Iterator, List, Optional, Sequence, Tuple
 
-from .merge_engine import Merge, MergeEngine
+from .merge_engine import COUNT_OVERFLOW, Merge, MergeEngine, TrainError
 
 # Merges per batch: one engine call, one progress report and one look at the checkpoint
 # cadence each (64 keeps the per-call cost of the C loop out of sight).
@@ -38,7 +38,11 @@ class MergeLog:
 
     def extend(self, batch: Iterable[Merge]) -> None:
         before = len(self.flat)
-        self.flat.extend(chain.from_iterable(batch))
+        try:
+            self.flat.extend(chain.from_iterable(batch))
+        except OverflowError:  # the pure-Python engine counts without a limit
+            del self.flat[before:]
+            raise TrainError(COUNT_OVERFLOW) from None
         if len(self.flat) % 3:
             del self.flat[before:]
             raise ValueError("merges are (left, right, count) triples")

@@ -20,10 +20,15 @@ from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 from .bpe import TIE_BREAKS
 from .memory_engines import _fastbpe, memory_engine  # noqa: F401  (_fastbpe: None when the C loop is not built)
 from .merge_engine import TrainError, WordArrays
+from .pretokenize import SpecialSplitter, check_end_of_word
 from .train_driver import MergeLog, drive  # noqa: F401  (MergeLog: the run's merges, part of this module's API)
 
 DOC_START = "<|startofdoc|>"
 DOC_END = "<|endofdoc|>"
+# Token ids are 32-bit everywhere (the C loops, the u32 format), one value kept for "none".
+MAX_VOCAB_SIZE = (1 << 32) - 1
+# Counts are 64-bit signed in the merge loop (and in the store, below 2**63).
+MAX_COUNT = (1 << 63) - 1
 
 
 @dataclass
@@ -75,7 +80,21 @@ class TrainConfig:
             counts.append(count)
         return TrainResult(merges, counts, vocab, self.base_symbols())
 
+    def check(self) -> None:
+        """The options' bounds (no value a user can give reaches a loop as an overflow) and the
+        symbols (special tokens and a word-end marker that work as they are given)."""
+        for option, value, top in (("--vocab-size", self.vocab_size, MAX_VOCAB_SIZE),
+                                   ("--num-merges", self.num_merges, MAX_VOCAB_SIZE)):
+            if value is not None and value > top:
+                raise TrainError(f"{option} {value} is beyond the {top:,} tokens 32-bit ids allow")
+        for option, value in (("--min-count", self.min_count), ("--min-word-count", self.min_word_count)):
+            if not 0 <= value <= MAX_COUNT:
+                raise TrainError(f"{option} {value} is not a count; give a number from 0 (the same as 1) to {MAX_COUNT}")
+        SpecialSplitter(self.special_tokens)  # non-empty UTF-8 texts
+        check_end_of_word(self.end_of_word, self.special_tokens)
+
     def max_merges(self) -> int:
+        self.check()
         base = 256 + len(self.base_symbols())
         if self.tie_break not in TIE_BREAKS:
             raise TrainError(f"unknown tie-break {self.tie_break!r}; choose one of {', '.join(TIE_BREAKS)}")

@@ -30,7 +30,8 @@ typedef enum {
     BS_UNKNOWN_TIE_BREAK = -5, /* not one of layout.h's rules */
     BS_BAD_ROW = -6,           /* a sequence-table row of the wrong size */
     BS_OUT_OF_ORDER = -7,      /* a call out of its sequence (see each type's header) */
-    BS_BAD_ARGUMENT = -8       /* an argument outside what the function takes */
+    BS_BAD_ARGUMENT = -8,      /* an argument outside what the function takes */
+    BS_COUNT_OVERFLOW = -9     /* a pair count would pass INT64_MAX: ValueError */
 } bs_status;
 
 /* The error's text, for a C caller or an exception. */

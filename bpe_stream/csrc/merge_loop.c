@@ -152,6 +152,10 @@ int merge_loop_load(MergeLoop *m, const void *symbols, int width, uint64_t n_pos
                     goto done;
                 }
                 if ((rc = occ_push(&ps->recs[r], (uint32_t)i))) goto done;
+                /* A pair's count never exceeds the first count of the byte pair at the same
+                 * places (every later (X, Y) sits where X's last byte met Y's first), so
+                 * checking the counts as they are first summed keeps every later one in range. */
+                if (ps->recs[r].count > INT64_MAX - f) { rc = BS_COUNT_OVERFLOW; goto done; }
                 ps->recs[r].count += f;
             }
         }

@@ -81,6 +81,7 @@ int pair_index_add_word(PairIndex *pi, uint32_t wid, int64_t freq, const uint8_t
         int rc = pair_get(ps, pair_key(x, y), &r);
         if (!rc) rc = push_wid(&ps->recs[r], wid);
         if (rc) return rc;
+        if (freq < 0 || ps->recs[r].count > INT64_MAX - freq) return BS_COUNT_OVERFLOW; /* see merge_loop.c */
         ps->recs[r].count += freq;
     }
     return set_signature(pi, wid, row_signature(symbols, n));
