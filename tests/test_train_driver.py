@@ -10,7 +10,6 @@
 
 from __future__ import annotations
 
-import doctest
 import random
 
 import pytest
@@ -229,7 +228,3 @@ def test_every_engine_gives_the_same_merges(tmp_path):
         assert all(run == runs[0] for run in runs), tie
         assert runs[0][:2] == [(98, 97, runs[0][0][2]), (95, 256, runs[0][1][2])]
 
-
-def test_the_python_engine_example_runs():
-    result = doctest.testmod(memory_engines)
-    assert result.attempted >= 4 and result.failed == 0
