@@ -183,6 +183,8 @@ class CEngine:
         return self.loop.stats()
 
     def close(self) -> None:
+        if self.loop is None:
+            return
         if os.environ.get("BPE_STREAM_DEBUG"):
             st = self.loop.stats()
             print(f"merge loop: init {st['load_seconds']:.3f} s, merges {st['merge_seconds']:.3f} s, {st['visits']} "

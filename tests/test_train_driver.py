@@ -200,6 +200,8 @@ def test_an_engine_keeps_its_state_between_calls(make):
     assert engine.merge_best(3, 1) == []  # nothing left
     assert engine.merge_given([(97, 97), (256, 256)]) == [0, 0]  # applied whatever their counts
     assert isinstance(engine.memory(), dict)
+    engine.close()
+    engine.close()  # once closed, closing again does nothing
 
 
 def test_an_engine_takes_pairs_or_handed_over_arrays_with_the_marker(make):
@@ -228,3 +230,20 @@ def test_every_engine_gives_the_same_merges(tmp_path):
         assert all(run == runs[0] for run in runs), tie
         assert runs[0][:2] == [(98, 97, runs[0][0][2]), (95, 256, runs[0][1][2])]
 
+
+
+@pytest.mark.skipif(memory_engines._fastbpe is None, reason="the C extension is not built")
+def test_the_c_engine_reports_its_times_in_the_line_the_benchmark_reads(monkeypatch, capsys):
+    import re
+
+    from bpe_stream.trainer import TrainConfig, Trainer
+
+    monkeypatch.setenv("BPE_STREAM_DEBUG", "1")
+    trainer = Trainer(TrainConfig(num_merges=3))
+    trainer.feed(WORDS)
+    trainer.train(engine="c")
+    # benchmarks/run_bench.py parses this line (the merge loop section)
+    found = re.search(r"merge loop: init ([\d.]+) s, merges ([\d.]+) s, (\d+) occurrences visited, (\d+) merged",
+                      capsys.readouterr().err)
+    # occurrences merged: (a, b) 3 (twice in abab, once in abc), (b, c) 3 (bcbcbc), (ab, ab) 1
+    assert found and int(found.group(4)) == 3 + 3 + 1
