@@ -1,5 +1,5 @@
 """Reliability stress (issue 7), minutes long and outside `make test`: the kill, race and
-resume checks of tests/test_reliability.py repeated many times with fresh random moments.
+resume checks of tests/test_reliability_*.py repeated many times with fresh random moments.
 
     .venv/bin/python benchmarks/stress.py                 # about 5 minutes, every scenario
     .venv/bin/python benchmarks/stress.py --minutes 1 --only count-kill,train-kill

@@ -1,4 +1,5 @@
-"""Shared fixtures: where the reference data is, temporary stores, and two ways to run the CLI.
+"""Shared fixtures: where the reference data is, temporary stores, two ways to run the CLI,
+and the inputs the reliability tests share.
 
 * ``cli``: typer's ``CliRunner`` on ``bpe_stream.cli.app`` (fast, in process; stdin as bytes).
 * ``bpe``: the real entry point in a subprocess (``python -m bpe_stream.cli``), for checks on
@@ -8,11 +9,13 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import reliability_helpers as H
 from typer.testing import CliRunner
 
 REPO = Path(__file__).resolve().parent.parent
@@ -132,3 +135,78 @@ def tiktoken_pattern(name: str) -> str:
         return getattr(public, name)()["pat_str"]
     finally:
         public.load_tiktoken_bpe = original
+
+
+# -- what the reliability tests share ------------------------------------------------------------
+def ok(res):
+    """``res`` (in process or a subprocess) after asserting that it exited 0."""
+    code = getattr(res, "returncode", getattr(res, "exit_code", None))
+    assert code == 0, res
+    return res
+
+
+def stderr_text(res) -> str:
+    err = res.stderr
+    return err.decode("utf-8", "replace") if isinstance(err, bytes) else err
+
+
+def assert_clean_error(res, *fragments):
+    """One ``Error:`` line naming the problem, exit 1, no traceback (CLI in process or not)."""
+    exc = getattr(res, "exception", None)
+    assert exc is None or isinstance(exc, SystemExit), f"an exception escaped: {exc!r}\n{res}"
+    assert_user_error(res.stderr, getattr(res, "exit_code", getattr(res, "returncode", None)))
+    for fragment in fragments:
+        assert fragment in stderr_text(res), (fragment, stderr_text(res))
+
+
+@pytest.fixture(scope="session")
+def corpus_files(tmp_path_factory):
+    """Five slices of the three reference corpora (1.1 MB of English, code and many scripts;
+    <|endoftext|> between their documents; slices may end inside a UTF-8 character)."""
+    directory = tmp_path_factory.mktemp("corpus")
+    return H.write_slices(directory, [
+        ("en_100M.txt", 0, 300_000), ("code_25M.txt", 1_000_000, 200_000), ("multi_25M.txt", 2_000_001, 200_000),
+        ("en_100M.txt", 5_000_000, 250_000), ("multi_25M.txt", 9_000_003, 150_000),
+    ])
+
+
+@pytest.fixture(scope="session")
+def corpus_oracle(corpus_files):
+    return H.PrefixOracle(corpus_files)
+
+
+@pytest.fixture(scope="session")
+def train_base(tmp_path_factory):
+    """A store of 1.2 MB of English and code (26k distinct pretokens), counted by the library,
+    and the tokenizer that one uninterrupted ``train ... TRAIN_ARGS`` writes from it.  Tests
+    copy the store before they change it."""
+    from bpe_stream import Store
+    from bpe_stream.counting import count_sources, make_settings
+    from bpe_stream.reader import Source
+
+    work = tmp_path_factory.mktemp("train")
+    files = H.write_slices(work / "in", [("en_100M.txt", 20_000_000, 800_000), ("code_25M.txt", 5_000_000, 400_000)])
+    base = work / "base"
+    with Store.open(base, create=True) as st_:
+        count_sources(st_, [Source.from_arg(p) for p in files], make_settings("gpt2", [H.EOT]))
+    ref_store = work / "ref-store"
+    shutil.copytree(base, ref_store)
+    ok(H.run(H.Cmd("train", "--store", ref_store, "-o", work / "ref.json", *H.TRAIN_ARGS, "--path", "memory"), work))
+    return base, work / "ref.json"
+
+
+@pytest.fixture(scope="session")
+def small_tok_file(tmp_path_factory):
+    """A small native tokenizer (300 merges, <|endoftext|>) trained in process."""
+    from bpe_stream.pipeline import tokenizer_from_result
+    from bpe_stream.trainer import TrainConfig, Trainer
+
+    work = tmp_path_factory.mktemp("small-tok")
+    text = (CS336 / "tinystories_sample.txt").read_bytes()[:60_000]
+    counts, _ = H.oracle([text])
+    trainer = Trainer(TrainConfig(num_merges=300, special_tokens=[H.EOT]))
+    trainer.feed(sorted(counts.items()))
+    tok = tokenizer_from_result(trainer.train(), "gpt2", "max-bytes")
+    path = work / "small.json"
+    tok.save(path)
+    return path

@@ -1,4 +1,4 @@
-"""Helpers shared by tests/test_reliability.py and benchmarks/stress.py: running the real CLI
+"""Helpers shared by tests/test_reliability_*.py and benchmarks/stress.py: running the real CLI
 in its own process group, killing it with SIGKILL, reading a store's committed state in one
 read transaction, and an independent oracle for the counts of byte prefixes of files.
 
@@ -365,3 +365,7 @@ def file_digest(path) -> str:
 
 def seeded(seed: int) -> random.Random:
     return random.Random(seed)
+
+
+# The training of the reliability tests (``train_base`` in tests/conftest.py).
+TRAIN_ARGS = ("--vocab-size", "3000", "--checkpoint-every", "64", "--checkpoint-seconds", "0")
