@@ -178,8 +178,8 @@ def corpus_oracle(corpus_files):
 @pytest.fixture(scope="session")
 def train_base(tmp_path_factory):
     """A store of 1.2 MB of English and code (26k distinct pretokens), counted by the library,
-    and the tokenizer that one uninterrupted ``train ... TRAIN_ARGS`` writes from it.  Tests
-    copy the store before they change it."""
+    the tokenizer that one uninterrupted ``train ... TRAIN_ARGS`` writes from it, and how many
+    checkpoints that run commits.  Tests copy the store before they change it."""
     from bpe_stream import Store
     from bpe_stream.counting import count_sources, make_settings
     from bpe_stream.reader import Source
@@ -191,8 +191,8 @@ def train_base(tmp_path_factory):
         count_sources(st_, [Source.from_arg(p) for p in files], make_settings("gpt2", [H.EOT]))
     ref_store = work / "ref-store"
     shutil.copytree(base, ref_store)
-    ok(H.run(H.Cmd("train", "--store", ref_store, "-o", work / "ref.json", *H.TRAIN_ARGS, "--path", "memory"), work))
-    return base, work / "ref.json"
+    cmd = H.Cmd("train", "--store", ref_store, "-o", work / "ref.json", *H.TRAIN_ARGS, "--path", "memory")
+    return base, work / "ref.json", H.points(cmd, work)["checkpoint"]
 
 
 @pytest.fixture(scope="session")

@@ -14,8 +14,9 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
-import time
+import tempfile
 from collections import Counter
 from pathlib import Path
 
@@ -120,7 +121,7 @@ def test_unreadable_file_is_one_error_line(tmp_path, filled_store):
     before = store_state(filled_store)
     cmd = Cmd("count", "--store", filled_store, doc)
     res = subprocess.run([setpriv, "--bounding-set=-dac_override,-dac_read_search", "--", *cmd.argv],
-                         env=cmd.env, cwd=tmp_path, capture_output=True, timeout=60, check=False)
+                         env=cmd.env, cwd=tmp_path, capture_output=True, timeout=H.HANG_TIMEOUT, check=False)
     assert_clean_error(res, "secret.txt")
     assert store_state(filled_store) == before
 
@@ -188,7 +189,7 @@ def test_truncated_store_file_is_one_error_line_not_a_crash(tmp_path, filled_sto
     data = filled_store / "data.mdb"
     with open(data, "r+b") as f:
         f.truncate(os.path.getsize(data) // 2)
-    res = H.run(Cmd("stats", "--store", filled_store), tmp_path, timeout=60)
+    res = H.run(Cmd("stats", "--store", filled_store), tmp_path)
     assert res.returncode >= 0, f"stats on a truncated store died of signal {-res.returncode}"
     assert_clean_error(res)
 
@@ -272,9 +273,11 @@ def test_truncated_and_hand_edited_tokenizer_files_are_one_error_line(cli, tmp_p
         assert not out.exists(), name
 
 
-def test_tokenizer_file_with_one_huge_id_fails_fast(tmp_path, small_tok_file):
-    """A hand-edited id of 2**40 must not make the loader build a table of 2**40 entries
-    (hours, then out of memory): it is one clean error (or a tokenizer that works), at once."""
+def test_tokenizer_file_with_one_huge_id_builds_no_table_of_that_size(tmp_path, small_tok_file):
+    """A hand-edited id of 2**40 must not make the loader build a table of 2**40 entries (out
+    of memory) or walk one (hours): it is one clean error, or a tokenizer that works, within
+    400 MB of address space and 120 s of CPU -- bounds on the work, not on the clock (the
+    load needs 250 MB and well under a second of CPU)."""
     import resource
 
     doc = json.loads(small_tok_file.read_bytes())
@@ -282,15 +285,12 @@ def test_tokenizer_file_with_one_huge_id_fails_fast(tmp_path, small_tok_file):
     path = tmp_path / "huge-id.json"
     path.write_text(json.dumps(doc))
 
-    def limit_memory():
-        resource.setrlimit(resource.RLIMIT_AS, (400 << 20, 400 << 20))  # 250 MB suffice
+    def limit_work():
+        resource.setrlimit(resource.RLIMIT_AS, (400 << 20, 400 << 20))
+        resource.setrlimit(resource.RLIMIT_CPU, (120, 120))
 
-    started = time.monotonic()
-    try:
-        res = H.run(Cmd("info", "-t", path), tmp_path, timeout=20, preexec_fn=limit_memory)
-    except subprocess.TimeoutExpired:
-        raise AssertionError("info -t on a tokenizer file with the id 2**40 ran for 20 s") from None
-    assert time.monotonic() - started < 20
+    res = H.run(Cmd("info", "-t", path), tmp_path, preexec_fn=limit_work)
+    assert res.returncode != -signal.SIGXCPU, "info -t on a tokenizer file with the id 2**40 used 120 s of CPU"
     err = stderr_text(res)
     assert "out of memory" not in err and "MemoryError" not in err, err
     if res.returncode != 0:
@@ -443,9 +443,10 @@ def test_overlapping_special_tokens_longest_match_wins(cli, tmp_path):
 
 def _peak_rss_mb(cmd: Cmd, cwd) -> tuple:
     """Runs ``cmd``; returns (exit status, stderr, its own peak resident memory in MB)."""
-    hwm = Path(cwd) / f"hwm-{time.monotonic_ns()}"
-    res = H.run(Cmd(*cmd.args, knobs=dict(cmd.knobs, hwm_file=str(hwm))), cwd)
-    return res.returncode, stderr_text(res), int(hwm.read_text()) / 1024
+    fd, hwm = tempfile.mkstemp(dir=cwd, prefix="hwm-")
+    os.close(fd)
+    res = H.run(cmd.with_knobs(hwm_file=hwm), cwd)
+    return res.returncode, stderr_text(res), int(Path(hwm).read_text()) / 1024
 
 
 @pytest.fixture(scope="module")

@@ -1,10 +1,10 @@
 """Reliability (issue 7): outputs are never half a file.
 
 Every output (ids, tokenizer files in each format, a train's tokenizer) is written to a
-temporary file and renamed over the target.  The tests SIGKILL the real CLI while it writes
-the temporary file, or just before one of the renames of a command that writes several
-files, and check that the target holds the old file or the whole new one, never a part or a
-mix.
+temporary file and renamed over the target.  The tests SIGKILL the real CLI at a seam of
+``tests/seams.py`` -- in the middle of writing the temporary file, or just before one of the
+renames of a command that writes several files -- and check that the target holds the old
+file or the whole new one, never a part or a mix.
 """
 
 from __future__ import annotations
@@ -21,29 +21,30 @@ from reliability_helpers import TRAIN_ARGS, Cmd
 from bpe_stream import Tokenizer
 
 
-def test_encode_output_killed_at_random_moments_is_old_or_whole(tmp_path, train_base, corpus_files):
-    _, ref = train_base
-    text = b"".join(corpus_files.values()) * 4  # 4.4 MB: the encode must still be running at the kill
+def test_encode_output_killed_while_the_ids_are_written_is_the_old_file(tmp_path, train_base, corpus_files):
+    """SIGKILL right after a seeded one of the writes into the temporary file (every write but
+    the last): the target is still the old file, and the temporary file left behind holds a
+    prefix of the new one under a name that says whose it is."""
+    ref = train_base[1]
     src = tmp_path / "in.txt"
-    src.write_bytes(text)
+    src.write_bytes(b"".join(corpus_files.values()) * 4)  # 4.4 MB: the ids are written in several pieces
     out = tmp_path / "ids.txt"
     with open(src, "rb") as f:
         ids = [i for batch in Tokenizer.load(ref).encode_stream(f) for i in batch]
     whole = (" ".join(map(str, ids)) + "\n").encode()
-    rng = H.seeded(9)
-    for _ in range(1):
-        out.write_bytes(b"1 2 3\n")
-        proc = H.start(Cmd("encode", "-t", ref, "-o", out, src), tmp_path)
-        # a random moment once the temporary output exists: while the ids are being written
-        def writing():
-            return any(p.name.endswith(".tmp") for p in tmp_path.iterdir())
-
-        assert H.kill_when(proc, writing, rng.uniform(0.0, 0.3)), "encode ended before the kill"
-        # the old file, or the whole new one if the kill came after the rename
-        assert out.read_bytes() in (b"1 2 3\n", whole)
-        leftovers = [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
-        assert all(name.startswith(".ids.txt.") for name in leftovers), leftovers
-    ok(H.run(Cmd("encode", "-t", ref, "-o", out, src), tmp_path))
+    cmd = Cmd("encode", "-t", ref, "-o", out, src)
+    writes = H.points(Cmd("encode", "-t", ref, "-o", tmp_path / "probe.txt", src), tmp_path)["output"]
+    assert writes > 1, writes
+    moment = f"output:{H.seeded(9).randint(1, writes - 1)}"
+    out.write_bytes(b"1 2 3\n")
+    res = H.run(Cmd(*cmd.args, knobs={"sigkill_at": moment}), tmp_path)
+    assert res.returncode == -signal.SIGKILL, (moment, res)
+    assert out.read_bytes() == b"1 2 3\n", f"encode killed at {moment} changed its output file"
+    leftovers = [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
+    assert [p.name[:9] for p in leftovers] == [".ids.txt."], leftovers
+    part = leftovers[0].read_bytes()
+    assert len(part) < len(whole) and whole.startswith(part), f"the temporary file is not a prefix ({moment})"
+    ok(H.run(cmd, tmp_path))
     assert out.read_bytes() == whole
 
 
@@ -62,7 +63,7 @@ def test_outputs_killed_between_writes_are_the_old_or_the_new_whole(tmp_path, tr
     from bpe_stream.formats import export_tokenizer, load_any, truncate
     from bpe_stream.tokenizer import TokenizerError
 
-    base, ref = train_base
+    base, ref, _ = train_base
     full = Tokenizer.load(ref)
     small = truncate(full, 1000)
     kind = command.split()[-1]
@@ -95,7 +96,7 @@ def test_outputs_killed_between_writes_are_the_old_or_the_new_whole(tmp_path, tr
 def test_new_output_files_follow_the_umask(cli, tmp_path, train_base):
     """Files written atomically must get the permissions a plain open() gives (0666 & ~umask),
     not the 0600 of a temporary file."""
-    _, ref = train_base
+    ref = train_base[1]
     src = tmp_path / "in.txt"
     src.write_bytes(b"hello world\n")
     old_umask = os.umask(0o022)
