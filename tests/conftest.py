@@ -1,9 +1,16 @@
 """Shared fixtures: where the reference data is, temporary stores, two ways to run the CLI,
-and the inputs the reliability tests share.
+the inputs the reliability tests share, and the suite's one hypothesis profile.
 
 * ``cli``: typer's ``CliRunner`` on ``bpe_stream.cli.app`` (fast, in process; stdin as bytes).
 * ``bpe``: the real entry point in a subprocess (``python -m bpe_stream.cli``), for checks on
   the exact bytes written to stdout and on the exit status a shell sees.
+
+Hypothesis runs every property test with ``BPE_STREAM_HYPOTHESIS_EXAMPLES`` examples (150
+unless set; a few tests whose examples are costly run a share of them, ``fewer_examples``)
+and ``derandomize=True``: the same examples on every run and every machine, no example
+database, no deadline (a loaded machine must not fail a test).  For a longer, random search:
+``BPE_STREAM_HYPOTHESIS_EXAMPLES=5000 pytest --hypothesis-profile=random`` (a new seed each
+run; failures are saved in ``.hypothesis/`` and printed with a blob that reproduces them).
 """
 
 from __future__ import annotations
@@ -16,6 +23,7 @@ from pathlib import Path
 
 import pytest
 import reliability_helpers as H
+from hypothesis import HealthCheck, settings
 from typer.testing import CliRunner
 
 REPO = Path(__file__).resolve().parent.parent
@@ -24,6 +32,27 @@ CS336 = DATA / "cs336"
 
 TIKTOKEN_GPT2_ENCODER = "6c7ea1a7e38e3a7f062df639a5b80947f075ffe6"
 TIKTOKEN_GPT2_BPE = "6d1cbeee0f20b3d9449abfede4726ed8212e3aee"
+
+# -- hypothesis ------------------------------------------------------------------------------
+DEFAULT_EXAMPLES = 150
+EXAMPLES = int(os.environ.get("BPE_STREAM_HYPOTHESIS_EXAMPLES", DEFAULT_EXAMPLES))
+_EVERY_PROFILE = dict(
+    max_examples=EXAMPLES, deadline=None,
+    # too_slow depends on the machine's speed; the function-scoped fixtures that property
+    # tests take are scratch directories in which each example makes its own
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+settings.register_profile("deterministic", derandomize=True, database=None, **_EVERY_PROFILE)
+settings.register_profile("random", print_blob=True, **_EVERY_PROFILE)
+settings.load_profile("deterministic")
+
+
+def fewer_examples(n: int) -> settings:
+    """``@fewer_examples(40)`` on a property test whose examples are costly (a store each,
+    files written and loaded): ``n`` examples where the suite runs its default 150, scaled
+    with ``BPE_STREAM_HYPOTHESIS_EXAMPLES``."""
+    assert n < DEFAULT_EXAMPLES, n
+    return settings(max_examples=max(1, round(n * EXAMPLES / DEFAULT_EXAMPLES)))
 
 
 @pytest.fixture(scope="session")

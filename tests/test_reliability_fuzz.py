@@ -3,30 +3,24 @@
 Random bytes and text (invalid UTF-8, lone surrogates, special tokens cut anywhere) in any
 chunking must read, pretokenize and encode exactly as the whole does; mutated and random
 tokenizer files of every format must load as a working tokenizer or raise
-``TokenizerError`` -- never another exception.
+``TokenizerError`` -- never another exception.  The number of examples is the suite's
+(``BPE_STREAM_HYPOTHESIS_EXAMPLES``, see ``tests/conftest.py``).
 """
 
 from __future__ import annotations
 
 import json
-import os
 import shutil
 from collections import Counter
 from pathlib import Path
 
 import pytest
 import reliability_helpers as H
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 from reliability_helpers import EOT
 
 from bpe_stream import Tokenizer
-
-# BPE_FUZZ_EXAMPLES=5000 (and BPE_FUZZ_RANDOM=1 for a new seed each run) fuzzes longer.
-FUZZ_EXAMPLES = int(os.environ.get("BPE_FUZZ_EXAMPLES", "150"))
-FUZZ_FIXED_SEED = not os.environ.get("BPE_FUZZ_RANDOM")
-FUZZ = settings(max_examples=FUZZ_EXAMPLES, deadline=None, derandomize=FUZZ_FIXED_SEED,
-                suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 
 text_piece = st.sampled_from([
     "hello", " world", " ", "  ", "\n", "\r\n", "\t", "'ll", "don't", "123456", "中文", "😀", "!!", " é", "\u00a0",
@@ -52,7 +46,6 @@ class _ShortReads:
         return out
 
 
-@FUZZ
 @given(fuzz_bytes, st.integers(1, 9), st.lists(st.integers(1, 7), min_size=1, max_size=5), st.booleans())
 def test_fuzz_chunked_reader_is_byte_exact_and_strict_names_the_first_bad_byte(data, chunk, reads, strict):
     from bpe_stream.reader import InputError, decode_chunks, to_bytes
@@ -74,7 +67,6 @@ def test_fuzz_chunked_reader_is_byte_exact_and_strict_names_the_first_bad_byte(d
     assert b"".join(to_bytes(t) for t in out) == data
 
 
-@FUZZ
 @given(fuzz_text, st.sampled_from(["gpt2", "cl100k", "o200k", "whitespace", "words", "none", r"regex:\S+|\s+"]),
        st.sampled_from([[], [EOT], ["<|a|>", "<|a|><|b|>", "<|a", "|>"]]), st.lists(st.integers(0, 12), max_size=8))
 def test_fuzz_pretokenizers_stream_like_the_whole_and_lose_nothing(text, name, specials, cuts):
@@ -107,7 +99,6 @@ def small_tok(small_tok_file):
     return Tokenizer.load(small_tok_file)
 
 
-@FUZZ
 @given(data=fuzz_bytes, chunk=st.integers(1, 9), cuts=st.lists(st.integers(0, 9), max_size=8))
 def test_fuzz_encode_in_any_chunking_and_decode_are_byte_exact(small_tok, data, chunk, cuts):
     import io
@@ -161,34 +152,29 @@ def _mutate(doc, draw):
     return doc
 
 
-_EXPORTED = {}
+def _export_small(small_tok_path, work: Path) -> dict:
+    """The small tokenizer (40 merges) in every format: kind -> {file name: bytes}."""
+    from bpe_stream.formats import export_tokenizer, truncate
+
+    tok = truncate(Tokenizer.load(small_tok_path), 256 + 1 + 40)
+    export_tokenizer(tok, "native", work / "tok.json")
+    export_tokenizer(tok, "hf", work / "tokenizer.json")
+    export_tokenizer(tok, "gpt2", work / "gpt2")
+    export_tokenizer(tok, "tiktoken", work / "tok.tiktoken")
+    return {
+        "native": {"tok.json": (work / "tok.json").read_bytes()},
+        "hf": {"tokenizer.json": (work / "tokenizer.json").read_bytes()},
+        "gpt2": {name: (work / "gpt2" / name).read_bytes() for name in ("vocab.json", "merges.txt")},
+        "tiktoken": {name: (work / name).read_bytes() for name in ("tok.tiktoken", "tok.tiktoken.json")},
+    }
 
 
-def _exported_small(small_tok_path) -> dict:
-    """The small tokenizer (40 merges) in every format: kind -> {file name: bytes}.  A plain
-    cache, not a fixture, so that hypothesis does not print it with every failing example."""
-    if not _EXPORTED:
-        import tempfile
-
-        from bpe_stream.formats import export_tokenizer, truncate
-
-        work = Path(tempfile.mkdtemp(prefix="bpe-exported-"))
-        tok = truncate(Tokenizer.load(small_tok_path), 256 + 1 + 40)
-        export_tokenizer(tok, "native", work / "tok.json")
-        _EXPORTED["native"] = {"tok.json": (work / "tok.json").read_bytes()}
-        export_tokenizer(tok, "hf", work / "tokenizer.json")
-        _EXPORTED["hf"] = {"tokenizer.json": (work / "tokenizer.json").read_bytes()}
-        export_tokenizer(tok, "gpt2", work / "gpt2")
-        _EXPORTED["gpt2"] = {name: (work / "gpt2" / name).read_bytes() for name in ("vocab.json", "merges.txt")}
-        export_tokenizer(tok, "tiktoken", work / "tok.tiktoken")
-        _EXPORTED["tiktoken"] = {name: (work / name).read_bytes() for name in ("tok.tiktoken", "tok.tiktoken.json")}
-        shutil.rmtree(work)
-    return _EXPORTED
-
-
-@pytest.fixture
-def exported_small(small_tok_file):
-    return lambda: _exported_small(small_tok_file)
+@pytest.fixture(scope="session")
+def exported_small(small_tok_file, tmp_path_factory):
+    """``exported_small()``: the files of ``_export_small`` (behind a call, so that hypothesis
+    does not print them with every failing example)."""
+    files = _export_small(small_tok_file, tmp_path_factory.mktemp("exported"))
+    return lambda: files
 
 
 def _write_and_load(files: dict, kind: str, entry: str = "tok.tiktoken"):
@@ -266,13 +252,13 @@ def _load_must_be_clean(path):
         pass
 
 
-@settings(FUZZ, max_examples=2 * FUZZ_EXAMPLES)
 @given(data=st.data(), kind=st.sampled_from(["native", "hf", "gpt2", "tiktoken"]))
 def test_fuzz_tokenizer_loaders_raise_only_tokenizer_error(exported_small, data, kind):
     """Mutated files of every format (one change deep inside the JSON, a line of a text file
     changed, dropped or doubled, a prefix of the file, random bytes): load_any gives a
     Tokenizer that encodes, or TokenizerError -- never another exception.  (Ids stay below
-    70,000 here: one huge id makes the loader hang, see test_tokenizer_file_with_one_huge_id_fails_fast.)"""
+    70,000 here: one huge id costs a table of its size, see
+    test_tokenizer_file_with_one_huge_id_builds_no_table_of_that_size.)"""
     files = dict(exported_small()[kind])
     name = data.draw(st.sampled_from(sorted(files)))
     raw = files[name]
@@ -300,7 +286,6 @@ def test_fuzz_tokenizer_loaders_raise_only_tokenizer_error(exported_small, data,
     _write_and_load(files, kind, data.draw(st.sampled_from(["tok.tiktoken", "tok.tiktoken.json"])))
 
 
-@FUZZ
 @given(json_value)
 def test_fuzz_random_json_documents_load_or_raise_tokenizer_error(doc):
     raw = json.dumps(doc).encode()
