@@ -53,6 +53,11 @@ import time
 from collections import Counter
 from contextlib import contextmanager
 
+# Ctrl-C as an interactive shell leaves it to a command: a test runner started in the
+# background (``cmd &`` in a script, nohup) hands SIGINT down ignored, and Python then sets
+# no KeyboardInterrupt handler -- a test's SIGINT would do nothing.
+signal.signal(signal.SIGINT, signal.default_int_handler)
+
 knobs = json.loads(os.environ.get("BPE_TEST_KNOBS") or "{}")
 sigkill_at = knobs.get("sigkill_at", "")
 pause_at = dict(knobs.get("pause_at", {}))
@@ -67,12 +72,20 @@ def die(*args, **kwargs):
     os.kill(os.getpid(), signal.SIGKILL)
 
 
+# The test's wait for a go has the same bound as the test's waits (reliability_helpers):
+# a paused process whose test died does not outlive it for long.
+HANG_TIMEOUT = 600
+
+
 def wait_for_go(marker: str) -> None:
     """Announces the pause (the marker file) and waits for the test's go (MARKER.go).  A
     poll, so that SIGINT lands here as a KeyboardInterrupt, as Ctrl-C at this moment would."""
     with open(marker, "x"):
         pass
+    deadline = time.monotonic() + HANG_TIMEOUT
     while not os.path.exists(marker + ".go"):
+        if time.monotonic() > deadline:
+            sys.exit(f"seams: no go for {marker} in {HANG_TIMEOUT} s; giving up")
         time.sleep(0.005)
 
 

@@ -223,8 +223,8 @@ def test_stdin_interrupted_keeps_what_was_committed_and_says_so(tmp_path, corpus
     try:
         pause.wait(proc)
         os.killpg(proc.pid, signal.SIGINT)
+        rc = proc.wait(timeout=H.HANG_TIMEOUT)  # (its stderr is one line: the pipe cannot fill)
         err = proc.stderr.read().decode("utf-8", "replace")
-        rc = proc.wait(timeout=H.HANG_TIMEOUT)
     finally:
         H.kill_group(proc)
     snap = H.snapshot(store)
