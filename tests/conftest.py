@@ -47,6 +47,27 @@ settings.register_profile("random", print_blob=True, **_EVERY_PROFILE)
 settings.load_profile("deterministic")
 
 
+def _import_the_whole_package() -> None:
+    """Hypothesis mixes the literals of the (non-test) local modules imported so far into its
+    examples, so what a property test draws would depend on which tests ran before it, or
+    were selected at all; with every module of the package imported up front, it does not."""
+    import importlib
+    import pkgutil
+
+    import bpe_stream
+
+    for module in pkgutil.walk_packages(bpe_stream.__path__, "bpe_stream."):
+        if module.name.endswith("__main__"):  # runs the CLI
+            continue
+        try:
+            importlib.import_module(module.name)
+        except ImportError:  # an extra that is not installed (dask)
+            pass
+
+
+_import_the_whole_package()
+
+
 def fewer_examples(n: int) -> settings:
     """``@fewer_examples(40)`` on a property test whose examples are costly (a store each,
     files written and loaded): ``n`` examples where the suite runs its default 150, scaled

@@ -37,7 +37,7 @@ What happens there:
   not yet) and ``"ensure_settings"`` (inside the first batch's transaction, before the
   settings of a new store are recorded);
 * ``pause_at``: ``{"commit:3": MARKER, ...}``: the process creates the file MARKER and waits
-  until the file MARKER.go exists (``reliability_helpers.Paused``), so a test can look at
+  until the file MARKER.go exists (``reliability_helpers.Pause``), so a test can look at
   that exact state, run other processes against it, SIGINT or SIGKILL it there, or let it go on;
 * ``points_file``: at exit, write ``{point: times reached}`` as JSON to this file (how many
   commits, checkpoints, writes a clean run makes, to draw a moment among them).
@@ -53,9 +53,11 @@ import time
 from collections import Counter
 from contextlib import contextmanager
 
-# Ctrl-C as an interactive shell leaves it to a command: a test runner started in the
-# background (``cmd &`` in a script, nohup) hands SIGINT down ignored, and Python then sets
-# no KeyboardInterrupt handler -- a test's SIGINT would do nothing.
+from reliability_helpers import HANG_TIMEOUT  # (this file's directory is on sys.path)
+
+# A command started from an interactive shell gets Ctrl-C's default action; a test runner
+# started in the background (``cmd &`` in a script, nohup) hands SIGINT down ignored, and
+# Python then sets no KeyboardInterrupt handler: a test's SIGINT would do nothing.
 signal.signal(signal.SIGINT, signal.default_int_handler)
 
 knobs = json.loads(os.environ.get("BPE_TEST_KNOBS") or "{}")
@@ -72,14 +74,10 @@ def die(*args, **kwargs):
     os.kill(os.getpid(), signal.SIGKILL)
 
 
-# The test's wait for a go has the same bound as the test's waits (reliability_helpers):
-# a paused process whose test died does not outlive it for long.
-HANG_TIMEOUT = 600
-
-
 def wait_for_go(marker: str) -> None:
     """Announces the pause (the marker file) and waits for the test's go (MARKER.go).  A
-    poll, so that SIGINT lands here as a KeyboardInterrupt, as Ctrl-C at this moment would."""
+    poll, so that SIGINT lands here as a KeyboardInterrupt, as Ctrl-C at this moment would;
+    bounded like the test's own waits, so a paused process does not outlive a dead test."""
     with open(marker, "x"):
         pass
     deadline = time.monotonic() + HANG_TIMEOUT
