@@ -133,7 +133,7 @@ def bpe(tmp_path):
             full_env.update(env)
         return subprocess.run(
             [sys.executable, "-m", "bpe_stream.cli", *[str(a) for a in args]],
-            input=input, capture_output=True, cwd=str(cwd or tmp_path), env=full_env, timeout=300,
+            input=input, capture_output=True, cwd=str(cwd or tmp_path), env=full_env, timeout=H.HANG_TIMEOUT,
         )
 
     return run
