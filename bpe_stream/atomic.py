@@ -1,44 +1,163 @@
-"""Writing files so that a reader sees the old file or the whole new one, never half.
+"""Writing outputs: a reader sees the old file or the whole new one, never half, and a
+write never replaces what the path points at.
 
-Write to a temporary file beside the target, flush and fsync it, then ``os.replace`` it
-over the target (an atomic rename on POSIX); the directory is fsynced so the rename
-survives a crash.  A failed or killed write leaves at most a ``.tmp`` file behind.
+Where a write goes is decided by :func:`output_target` from what ``-o PATH`` is now:
+
+* a regular file, or nothing yet: a temporary file beside it is written, flushed and
+  fsynced, then renamed over it (``os.replace``, atomic on POSIX) and the directory is
+  fsynced so the rename survives a crash;
+* a symlink: the same, at the file it points to (the link stays a link);
+* a character device (``/dev/null``) or a FIFO: written directly -- renaming over it would
+  replace the device node or the pipe with a regular file;
+* a directory, block device or socket, or a path whose directory is missing: an
+  :class:`OutputError` naming the path the user gave, before any work is done
+  (:func:`check_output`).
+
+The temporary file is ``.NAME.bpe-stream-partial-HOST-PID.tmp``, so a user who finds one
+left by a killed write knows what it is; the next write to the same path removes those
+of processes of this host that are gone.
 """
 
 from __future__ import annotations
 
+import errno
 import os
-import tempfile
+import shutil
+import socket
+import stat
+import sys
 from contextlib import contextmanager
+from typing import BinaryIO, Tuple
+
+PARTIAL_TAG = "bpe-stream-partial"
+_NAME_MAX = 255
+# Errors of writing the data itself (no file name attached): reported with the output's path.
+_WRITE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO, errno.EROFS}
 
 
-@contextmanager
-def atomic_write(path, mode: str = "wb"):
-    """``with atomic_write(path) as f: f.write(...)``; the file appears only if the block succeeds."""
+class OutputError(ValueError):
+    """An output path that cannot be written (one line naming the path the user gave)."""
+
+
+_KINDS = ((stat.S_ISREG, "a regular file"), (stat.S_ISDIR, "a directory"), (stat.S_ISCHR, "a character device"),
+          (stat.S_ISBLK, "a block device"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"))
+
+
+def file_kind(mode: int) -> str:
+    """What a file of ``st_mode`` ``mode`` is, in words ("a FIFO"), for messages."""
+    return next((words for test, words in _KINDS if test(mode)), "not a regular file")
+
+
+def output_target(path, directory: bool = False) -> Tuple[str, bool]:
+    """``(target, direct)``: where a write to ``path`` goes, and whether it goes there
+    directly (a character device or a FIFO) rather than by a rename.  ``directory``: the
+    output is a directory (the gpt2 export), which may exist already."""
     path = os.fspath(path)
-    directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix="." + os.path.basename(path) + ".", suffix=".tmp")
     try:
-        # mkstemp makes the file private (0600); give it the mode a plain open() would:
-        # the old file's, or 0666 less the umask.
+        mode = os.stat(path).st_mode  # follows symlinks: what the path really names
+    except FileNotFoundError:
+        mode = None
+    except OSError as exc:  # a symlink loop, a file used as a directory, no permission
+        raise OutputError(f"cannot write {path}: {exc.strerror}") from None
+    if mode is not None:
+        direct = stat.S_ISCHR(mode) or stat.S_ISFIFO(mode)
+        if directory and not stat.S_ISDIR(mode):
+            raise OutputError(f"cannot write {path}: it is {file_kind(mode)}, and this output is a directory")
+        if direct:
+            return path, True
+        if not (stat.S_ISREG(mode) or directory):
+            hint = "give a file name" if stat.S_ISDIR(mode) else "bpe-stream writes to files, character devices and FIFOs"
+            raise OutputError(f"cannot write {path}: it is {file_kind(mode)}; {hint}")
+    target = os.path.realpath(path) if os.path.islink(path) else path
+    parent = os.path.dirname(os.path.abspath(target))
+    via = f" (a symlink to {target})" if target != path else ""
+    if not os.path.isdir(parent):
+        shown = parent if via else (os.path.dirname(path) or ".")
+        raise OutputError(f"cannot write {path}{via}: the directory {shown} does not exist")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise OutputError(f"cannot write {path}{via}: no permission to create files in {parent}")
+    return target, False
+
+
+def check_output(path, directory: bool = False) -> None:
+    """Raises :class:`OutputError` now if a write to ``path`` could not succeed later."""
+    output_target(path, directory)
+
+
+def stdout_binary() -> BinaryIO:
+    """The binary stdout, or an :class:`OutputError` when stdout is closed (``>&-``): Python
+    then has no ``sys.stdout``, and whatever is printed would vanish with exit status 0."""
+    if sys.stdout is None:
+        raise OutputError("stdout is closed, so the output would be lost; run the command with stdout open "
+                          "(or with -o PATH where it has one)")
+    return sys.stdout.buffer
+
+
+# -- temporary names ----------------------------------------------------------------------
+def _host() -> str:
+    return socket.gethostname().replace("/", "_") or "localhost"
+
+
+def _partial_prefix(name: str) -> str:
+    """``.NAME.bpe-stream-partial`` (NAME shortened so the whole name fits NAME_MAX)."""
+    room = _NAME_MAX - len(f"..{PARTIAL_TAG}-old-{_host()}-4294967295.tmp")
+    while len(os.fsencode(name)) > room:
+        name = name[:-1]
+    return f".{name}.{PARTIAL_TAG}"
+
+
+def partial_name(name: str, old: bool = False) -> str:
+    """The temporary file (or directory) name of a write to ``name`` by this process."""
+    return f"{_partial_prefix(name)}{'-old' if old else ''}-{_host()}-{os.getpid()}.tmp"
+
+
+def _alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return False  # ours cannot exist yet: one left by an earlier process with this pid
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def remove_stale(directory: str, name: str) -> None:
+    """Removes the temporary files of writes to ``name`` whose process (on this host) is gone."""
+    prefix = _partial_prefix(name)
+    host = _host()
+    try:
+        entries = list(os.scandir(directory))
+    except OSError:
+        return
+    for entry in entries:
+        if not (entry.name.startswith(prefix + "-") and entry.name.endswith(".tmp")):
+            continue
+        middle = entry.name[len(prefix) + 1:-len(".tmp")].removeprefix("old-")
+        their_host, _, pid = middle.rpartition("-")
+        if their_host != host or not pid.isdigit() or _alive(int(pid)):
+            continue
         try:
-            perms = os.stat(path).st_mode & 0o7777
-        except FileNotFoundError:
-            umask = os.umask(0)
-            os.umask(umask)
-            perms = 0o666 & ~umask
-        os.chmod(tmp, perms)
-        with os.fdopen(fd, mode, **({} if "b" in mode else {"encoding": "utf-8", "newline": "\n"})) as f:
-            yield f
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
+            if entry.is_dir(follow_symlinks=False):
+                shutil.rmtree(entry.path, ignore_errors=True)
+            else:
+                os.unlink(entry.path)
+        except OSError:
             pass
-        raise
+
+
+def _new_file_mode(existing: str) -> int:
+    """The mode a plain ``open()`` would leave: the old file's, or 0666 less the umask."""
+    try:
+        return os.stat(existing).st_mode & 0o7777
+    except FileNotFoundError:
+        umask = os.umask(0)
+        os.umask(umask)
+        return 0o666 & ~umask
+
+
+def _fsync_directory(directory: str) -> None:
     try:
         dfd = os.open(directory, os.O_RDONLY)
         try:
@@ -47,6 +166,82 @@ def atomic_write(path, mode: str = "wb"):
             os.close(dfd)
     except OSError:
         pass
+
+
+def _text_kwargs(mode: str) -> dict:
+    return {} if "b" in mode else {"encoding": "utf-8", "newline": "\n"}
+
+
+def _as_output_error(path: str, exc: OSError) -> OutputError:
+    return OutputError(f"cannot write {path}: {exc.strerror or exc}")
+
+
+@contextmanager
+def _naming(path: str):
+    """Errors of writing the data (a full disk) name the output, which the OS leaves out."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.filename is None and exc.errno in _WRITE_ERRNOS:
+            raise _as_output_error(path, exc) from None
+        raise
+
+
+# -- writing ------------------------------------------------------------------------------
+@contextmanager
+def atomic_write(path, mode: str = "wb"):
+    """``with atomic_write(path) as f: f.write(...)``; a regular file appears only if the block
+    succeeds (see the module docstring for devices, FIFOs and symlinks)."""
+    path = os.fspath(path)
+    target, direct = output_target(path)
+    if direct:
+        with _direct(path, mode) as f:
+            yield f
+        return
+    directory = os.path.dirname(os.path.abspath(target))
+    name = os.path.basename(target)
+    remove_stale(directory, name)
+    tmp = os.path.join(directory, partial_name(name))
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+    except OSError as exc:
+        raise _as_output_error(path, exc) from None
+    try:
+        os.fchmod(fd, _new_file_mode(target))
+        with os.fdopen(fd, mode, **_text_kwargs(mode)) as f:
+            with _naming(path):
+                yield f
+            try:
+                f.flush()
+                os.fsync(f.fileno())
+            except OSError as exc:
+                raise _as_output_error(path, exc) from None
+        try:
+            os.replace(tmp, target)
+        except OSError as exc:
+            raise _as_output_error(path, exc) from None
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+    _fsync_directory(directory)
+
+
+@contextmanager
+def _direct(path: str, mode: str):
+    """Writes to a character device or FIFO as it is (no rename, no truncation, no fsync)."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)  # no O_CREAT: never a new regular file here
+    except OSError as exc:
+        raise _as_output_error(path, exc) from None
+    mode_now = os.fstat(fd).st_mode
+    if not (stat.S_ISCHR(mode_now) or stat.S_ISFIFO(mode_now)):
+        os.close(fd)
+        raise OutputError(f"cannot write {path}: it was replaced while being opened; run the command again")
+    with _naming(path), os.fdopen(fd, mode, **_text_kwargs(mode)) as f:
+        yield f
 
 
 def _exchange(a: str, b: str) -> bool:
@@ -66,22 +261,26 @@ def _exchange(a: str, b: str) -> bool:
 def atomic_directory(path):
     """``with atomic_directory(path) as tmp: write files into tmp``; then ``path`` becomes that
     directory in one step (the old one, if any, is swapped out and removed), so readers see
-    the old set of files or the new set, never a mix."""
-    import shutil
-
-    path = os.path.abspath(os.fspath(path))
-    tmp = tempfile.mkdtemp(dir=os.path.dirname(path), prefix="." + os.path.basename(path) + ".", suffix=".tmp")
+    the old set of files or the new set, never a mix.  A symlink to a directory is written
+    through: its target is replaced, the link stays."""
+    given = os.fspath(path)
+    target, _ = output_target(given, directory=True)
+    path = os.path.abspath(target)
+    parent, name = os.path.split(path)
+    remove_stale(parent, name)
+    tmp = os.path.join(parent, partial_name(name))
     try:
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o777 & ~umask)
+        os.mkdir(tmp, 0o777)  # the umask applies, as for any new directory
+    except OSError as exc:
+        raise _as_output_error(given, exc) from None
+    try:
         yield tmp
         if not os.path.exists(path):
             os.rename(tmp, path)
         elif _exchange(tmp, path):
             shutil.rmtree(tmp, ignore_errors=True)  # tmp now holds the old directory
         else:  # no atomic exchange here: the window is the gap between two renames
-            old = tmp + ".old"
+            old = os.path.join(parent, partial_name(name, old=True))
             os.rename(path, old)
             os.rename(tmp, path)
             shutil.rmtree(old, ignore_errors=True)

@@ -19,18 +19,17 @@ from typing import Callable, List, Optional
 import typer
 
 from .cli import QuietOpt, StoreOpt, app, parse_size, say, store_path, user_errors
-from .formats.counts import BatchAdder, CountsFormatError, CountsInfo, check_counts, iter_counts, write_counts
-from .store import Store, StoreError
+from .formats.counts import (BatchAdder, CountsFormatError, CountsInfo, check_counts, check_room, iter_counts,
+                             write_counts)
+from .store import Store, StoreError, settings_difference
 
 DEFAULT_BUDGET = "256M"
 _TOTALS = ("bytes", "documents", "specials", "pretokens")
 
 
 def _settings_mismatch(a: dict, b: dict) -> Optional[str]:
-    for key in sorted(set(a) | set(b)):
-        if a.get(key) != b.get(key):
-            return f"{key}={a.get(key)!r} vs {b.get(key)!r}"
-    return None
+    diff = settings_difference(a, b)
+    return f"{diff[0]}={diff[1]!r} vs {diff[2]!r}" if diff else None
 
 
 # -- library -----------------------------------------------------------------------------
@@ -86,6 +85,7 @@ def import_checked(store: Store, checked: List[CountsInfo], *, max_memory: int =
             start = record.get("offset")
             on_message(f"resuming {c.path} at line {record.get('lines', 0) + 2:,}")
         lines = record.get("lines", 0) if start is not None else 0
+        check_room(store, c.totals["pretokens"], c.path)
         adder = BatchAdder(store, key, dict(identity, header=c.header), max_memory)
         offset = start or c.body_offset
         for pretoken, n, _, offset in iter_counts(c.path, start):
@@ -125,6 +125,7 @@ def merge_store(dest: Store, src_path: str, *, max_memory: int = parse_size(DEFA
                 return None
             skip = record.get("entries", 0)
             on_message(f"resuming {src_path} after {skip:,} pretokens")
+        check_room(dest, int(info["totals"].get("pretokens", 0)), src_path)
         adder = BatchAdder(dest, key, identity, max_memory)
         done = skip
         for word, n in itertools.islice(src.iter_words(txn), skip, None):

@@ -60,6 +60,7 @@ from .pretokenize import (
     SpecialSplitter,
     StreamSplitter,
     ascii_pattern,
+    check_end_of_word,
     find_byte_cut,
     segmenter,
     splittable,
@@ -96,6 +97,7 @@ def make_settings(pretokenizer: str = "gpt2", special_tokens: Iterable[str] = ()
     pre = Pretokenizer.from_name(pretokenizer)
     specials = list(dict.fromkeys(special_tokens))
     SpecialSplitter(specials)  # validates
+    check_end_of_word(end_of_word, specials)
     return {"pretokenizer": pre.name, "pattern": pre.pattern, "special_tokens": specials, "end_of_word": end_of_word}
 
 

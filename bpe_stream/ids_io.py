@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import re
 import sys
 from array import array
 from typing import BinaryIO, Iterable, Iterator, List
@@ -111,9 +112,9 @@ def read_ids(stream: BinaryIO, fmt: str, chunk: int = _CHUNK) -> Iterator[List[i
             carry = b""
             if parts and not data[-1:].isspace():
                 carry = parts.pop()
-            yield _parse(parts)
+            yield _parse(parts, data)
         if carry:
-            yield _parse([carry])
+            yield _parse([carry], carry)
         return
     code = _TYPECODES[fmt]
     width = array(code).itemsize
@@ -134,11 +135,23 @@ def read_ids(stream: BinaryIO, fmt: str, chunk: int = _CHUNK) -> Iterator[List[i
         raise TokenizerError(f"the {fmt} input ends with {len(carry)} stray byte(s); it is not a whole number of ids")
 
 
-def _parse(parts: List[bytes]) -> List[int]:
-    try:
+# What is not a decimal id: a byte other than a digit or whitespace, or a run of digits
+# longer than any 32-bit id (int() would take "+5", "1_0", and thousands of digits slowly).
+_NOT_IDS = re.compile(rb"[^0-9\s]|[0-9]{21}")
+
+
+def _parse(parts: List[bytes], data: bytes) -> List[int]:
+    """The ids of ``parts``, the whitespace-separated words of ``data`` (one C-level scan first)."""
+    bad = _NOT_IDS.search(data)
+    if bad is None:
         return [int(p) for p in parts]
-    except ValueError:
-        bad = next(p for p in parts if not p.strip().isdigit())
-        raise TokenizerError(
-            f"{bad[:20].decode('ascii', 'replace')!r} is not a token id; decode reads decimal ids (or --format u16/u32)"
-        ) from None
+    at = bad.start()
+    while at > 0 and data[at - 1:at].isdigit():
+        at -= 1
+    word = data[at:].split(None, 1)[0]
+    if word.isdigit():
+        shown = word.decode("ascii") if len(word) <= 40 else f"{word[:20].decode('ascii')}... ({len(word):,} digits)"
+        raise TokenizerError(f"id {shown} is not in the vocabulary (token ids are 32-bit)")
+    raise TokenizerError(
+        f"{word[:20].decode('ascii', 'replace')!r} is not a token id; decode reads decimal ids (or --format u16/u32)"
+    )

@@ -157,6 +157,8 @@ def train_from_store(
     config.special_tokens = list(dict.fromkeys(list(settings["special_tokens"]) + list(config.special_tokens)))
     config.end_of_word = settings.get("end_of_word")
     limit = config.max_merges()  # validates before reading the store
+    if not checkpoint_seconds >= 0:  # nan too
+        raise TrainError(f"--checkpoint-seconds {checkpoint_seconds} is not a time; give seconds, 0 or more (inf: never)")
     budget = max_memory if max_memory is not None else default_budget()
 
     with store.reader() as txn:

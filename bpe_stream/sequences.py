@@ -2,19 +2,21 @@
 
 Used when the in-memory trainer would not fit the memory budget.  The sequence table
 maps a word id (4 bytes, big-endian, so ids append in key order) to the word's count
-(8 bytes) and its current symbols (little-endian uint32).  It lives in a scratch LMDB
-environment beside the store (``<store>/train-scratch``, rebuilt on every run and
-removed after it, never part of the store's durable state) opened without fsync:
-losing it loses nothing a resume cannot rebuild from the store and the checkpoint.
+(8 bytes, little-endian) and its current symbols (little-endian uint32): ``SEQUENCE_ROW``,
+which the C pair index reads and writes too (``csrc/layout.h``; checked at import).  It
+lives in a scratch LMDB environment beside the store (``<store>/train-scratch``, rebuilt
+on every run and removed after it, never part of the store's durable state) opened
+without fsync: losing it loses nothing a resume cannot rebuild from the store and the
+checkpoint.
 
-The pair index (``_fastbpe.PairIndex``) keeps each pair's 64-bit count, the ids of the
-words that may hold it as packed uint32 arrays (stale ids are skipped when met) and the
-heap, with exactly the in-memory trainer's order and tie-break; each merge reads the
-words of the merged pair from LMDB, rewrites them in C and writes back those that
-changed.  The result is byte-identical to the in-memory path for every tie-break (the
-tests compare the two).  Nothing here is approximate: when even the pair index would not
-fit, training still runs this exact algorithm (slower, as the machine swaps or pages), it
-never subsamples or prunes pairs.
+The pair index (``_fastbpe.PairIndex``, ``csrc/pair_index.c``) keeps each pair's 64-bit
+count, the ids of the words that may hold it as packed uint32 arrays (stale ids are
+skipped when met) and the heap, with exactly the in-memory trainer's order and
+tie-break; each merge reads the words of the merged pair from LMDB, rewrites them in C
+and writes back those that changed.  The result is byte-identical to the in-memory path
+for every tie-break (the tests compare the two).  Nothing here is approximate: when even
+the pair index would not fit, training still runs this exact algorithm (slower, as the
+machine swaps or pages), it never subsamples or prunes pairs.
 """
 
 from __future__ import annotations
@@ -23,17 +25,26 @@ import os
 import shutil
 import sys
 from array import array
+from contextlib import contextmanager
 from typing import Callable, Iterable, List, Optional, Sequence, Tuple
 
 import lmdb
 
-from .bpe import TIE_BREAKS
+from .native import agree
+from .native import fastbpe as _fastbpe
 from .store import StoreError
+from .trainer import INT64_MAX, TrainError
 
-try:
-    from . import _fastbpe
-except ImportError:  # pragma: no cover - depends on the build
-    _fastbpe = None
+# The sequence table's row, field by field as (name, bytes, byte order).  The key is the
+# one field meant to sort: big-endian, so that LMDB's byte order is word-id order (a load
+# appends; a merge reads its sorted word ids in key order).  The rest is little-endian on
+# every host.  PairIndex.add_word takes the symbols in the same form.
+SEQUENCE_ROW = (("key", 4, "big"), ("count", 8, "little"), ("symbol", 4, "little"))
+agree("SEQUENCE_ROW", SEQUENCE_ROW)
+(_, KEY_BYTES, KEY_ORDER), (_, COUNT_BYTES, COUNT_ORDER), (_, _SYMBOL_BYTES, _SYMBOL_ORDER) = SEQUENCE_ROW
+if array("I").itemsize != _SYMBOL_BYTES:  # pragma: no cover - no such platform seen
+    raise ImportError(f"array('I') is not {_SYMBOL_BYTES} bytes here")
+_SWAP_SYMBOLS = sys.byteorder != _SYMBOL_ORDER
 
 _BATCH = 50_000
 _SLICE = 8192  # words of one merge read, rewritten and written at a time
@@ -198,6 +209,16 @@ class DiskSequences:
         return self._begin().cursor().getmulti(keys)
 
 
+@contextmanager
+def _index_limits():
+    """The pair index's OverflowError (a count past what it holds in 32 bits: word ids,
+    pairs, tokens, list lengths) as the trainer's error."""
+    try:
+        yield
+    except OverflowError as exc:
+        raise TrainError(f"the corpus is too large for the disk path's pair index ({exc})") from None
+
+
 class DiskTrainer:
     """``load`` the words (into the scratch table and the pair index), then ``run`` the merges."""
 
@@ -205,7 +226,7 @@ class DiskTrainer:
                  mapped_budget: Optional[int] = None, size_hint: int = 0):
         if _fastbpe is None:
             raise RuntimeError("the out-of-core trainer needs the C extension; reinstall bpe-stream with a C compiler")
-        self.index = _fastbpe.PairIndex(list(tokens), TIE_BREAKS.index(tie_break))
+        self.index = _fastbpe.PairIndex(tokens=list(tokens), tie_break=tie_break)
         self.marker_id = marker_id
         mapped = None if mapped_budget is None else max(_MIN_MAPPED, mapped_budget)
         self.table = DiskSequences(scratch_dir, mapped, size_hint)
@@ -213,6 +234,7 @@ class DiskTrainer:
     def close(self) -> None:
         self.table.close()
 
+    @_index_limits()
     def load(self, words: Iterable[Tuple[bytes, int]]) -> None:
         index, table, marker_id = self.index, self.table, self.marker_id
         pending: List[Tuple[bytes, bytes]] = []
@@ -224,9 +246,11 @@ class DiskTrainer:
                 seq.append(marker_id)
             if len(seq) < 2:
                 continue
+            if _SWAP_SYMBOLS:  # pragma: no cover - big-endian hosts
+                seq.byteswap()
             data = seq.tobytes()
             index.add_word(wid, n, data)
-            pending.append((wid.to_bytes(4, "big"), n.to_bytes(8, "little") + data))
+            pending.append((wid.to_bytes(KEY_BYTES, KEY_ORDER), n.to_bytes(COUNT_BYTES, COUNT_ORDER) + data))
             wid += 1
             if len(pending) >= _BATCH:
                 table.put_many(pending)
@@ -238,6 +262,7 @@ class DiskTrainer:
         if os.environ.get("BPE_STREAM_DEBUG"):
             print("pair index after build:", index.memory(), file=sys.stderr)
 
+    @_index_limits()
     def run(
         self,
         limit: int,
@@ -255,13 +280,13 @@ class DiskTrainer:
                 left, right = forced[len(done)]
                 count = index.count(left, right)
             else:
-                best = index.pop_best(max(1, min_count))
+                best = index.pop_best(min(max(1, min_count), INT64_MAX))
                 if best is None:
                     break
                 left, right, count = best
             packed = index.take_words(left, right)
             index.begin_merge(left, right)
-            for start in range(0, len(packed) // 4, _SLICE):
+            for start in range(0, len(packed) // KEY_BYTES, _SLICE):
                 keys = _fastbpe.split_keys(packed, start, start + _SLICE)
                 table.put_many(index.merge_rows(table.get_many(keys)))
             index.end_merge()

@@ -134,6 +134,23 @@ def _check_not_truncated(data_file: str, size: int) -> None:
             )
 
 
+def settings_difference(a: dict, b: dict) -> Optional[Tuple[str, object, object]]:
+    """The first setting where ``a`` and ``b`` differ, as ``(key, a's, b's)``: the pretokenizer's
+    name before its pattern (which differs whenever the name does, in hundreds of characters)."""
+    keys = sorted(set(a) | set(b), key=lambda k: (k == "pattern", k))
+    for key in keys:
+        if a.get(key) != b.get(key):
+            if key == "pattern" and len(str(a.get(key))) + len(str(b.get(key))) > 120:
+                return key, _short(a.get(key)), _short(b.get(key))
+            return key, a.get(key), b.get(key)
+    return None
+
+
+def _short(pattern) -> str:
+    text = str(pattern)
+    return text if len(text) <= 60 else f"{text[:40]}... ({len(text)} characters)"
+
+
 def pack(obj) -> bytes:
     return msgpack.packb(obj, use_bin_type=True)
 
@@ -145,7 +162,12 @@ def unpack(data: bytes):
         raise StoreError(f"a store record is damaged ({exc})") from None
 
 
+MAX_COUNT = (1 << 63) - 1  # counts and totals: what the merge loop's signed 64-bit counts hold
+
+
 def _u64(value: int) -> bytes:
+    if value > MAX_COUNT:  # the whole transaction is aborted: the store keeps its last commit
+        raise StoreError(f"a count would pass 2**63-1 ({value:,}); the store keeps 64-bit counts")
     return value.to_bytes(8, "little")
 
 
@@ -357,12 +379,12 @@ class Store:
                 txn.put(b"info", pack(info), db=self.db["meta"])
             return settings
         recorded = unpack(raw)["settings"]
-        for key in sorted(set(recorded) | set(settings)):
-            if recorded.get(key) != settings.get(key):
-                raise StoreError(
-                    f"the store at {self.path} was counted with {key}={recorded.get(key)!r}, not "
-                    f"{settings.get(key)!r}; use the same settings or another --store"
-                )
+        diff = settings_difference(recorded, settings)
+        if diff:
+            raise StoreError(
+                f"the store at {self.path} was counted with {diff[0]}={diff[1]!r}, not {diff[2]!r}; "
+                "use the same settings or another --store"
+            )
         return recorded
 
     def ensure_settings(self, settings: dict) -> dict:
@@ -473,6 +495,8 @@ class Store:
         totals = info["totals"]
         for key, value in delta.items():
             totals[key] = totals.get(key, 0) + value
+            if totals[key] > MAX_COUNT:
+                raise StoreError(f"the store's total of {key} would pass 2**63-1; the store keeps 64-bit counts")
         txn.put(b"info", pack(info), db=self.db["meta"])
 
     def count_of(self, pretoken: bytes) -> int:

@@ -27,14 +27,20 @@ from itertools import chain
 from typing import Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
 from .bpe import LOW_MASK, PAIR_SHIFT, TIE_BREAKS, count_pairs, merge_word, tie_break_keys
+from .pretokenize import SpecialSplitter, check_end_of_word
 
-try:  # the C merge loop (bpe_stream/_fastbpe.c); the pure-Python loop below is the fallback
-    from . import _fastbpe
-except ImportError:  # pragma: no cover - depends on the build
-    _fastbpe = None
+from .native import agree
+from .native import fastbpe as _fastbpe  # the C merge loop (csrc/merge_loop.c); the Python loop below is the fallback
+
+agree("TIE_BREAKS", TIE_BREAKS)  # the C loop knows the rules by these names (csrc/layout.h)
 
 DOC_START = "<|startofdoc|>"
 DOC_END = "<|endofdoc|>"
+# Token ids are 32-bit everywhere (the C loops, the u32 format), one value kept for "none".
+MAX_VOCAB_SIZE = (1 << 32) - 1
+# Counts are 64-bit signed in the merge loop (and in the store, below 2**63).
+MAX_COUNT = (1 << 63) - 1
+COUNT_OVERFLOW = "the pair counts of these words pass 2**63-1, the limit of the merge loop's 64-bit counts"
 
 
 class TrainError(ValueError):
@@ -85,7 +91,21 @@ class TrainConfig:
             counts.append(count)
         return TrainResult(merges, counts, vocab, self.base_symbols())
 
+    def check(self) -> None:
+        """The options' bounds (no value a user can give reaches a loop as an overflow) and the
+        symbols (special tokens and a word-end marker that work as they are given)."""
+        for option, value, top in (("--vocab-size", self.vocab_size, MAX_VOCAB_SIZE),
+                                   ("--num-merges", self.num_merges, MAX_VOCAB_SIZE)):
+            if value is not None and value > top:
+                raise TrainError(f"{option} {value} is beyond the {top:,} tokens 32-bit ids allow")
+        for option, value in (("--min-count", self.min_count), ("--min-word-count", self.min_word_count)):
+            if not 0 <= value <= MAX_COUNT:
+                raise TrainError(f"{option} {value} is not a count; give a number from 0 (the same as 1) to {MAX_COUNT}")
+        SpecialSplitter(self.special_tokens)  # non-empty UTF-8 texts
+        check_end_of_word(self.end_of_word, self.special_tokens)
+
     def max_merges(self) -> int:
+        self.check()
         base = 256 + len(self.base_symbols())
         if self.tie_break not in TIE_BREAKS:
             raise TrainError(f"unknown tie-break {self.tie_break!r}; choose one of {', '.join(TIE_BREAKS)}")
@@ -195,6 +215,7 @@ class Trainer:
 
 
 PROGRESS_EVERY = 64
+INT64_MAX = (1 << 63) - 1  # a limit or threshold past it is as good as none (C takes int64)
 
 
 class MergeLog:
@@ -208,7 +229,11 @@ class MergeLog:
 
     def extend(self, batch: Iterable[Tuple[int, int, int]]) -> None:
         before = len(self.flat)
-        self.flat.extend(chain.from_iterable(batch))
+        try:
+            self.flat.extend(chain.from_iterable(batch))
+        except OverflowError:  # the pure-Python loop counts without a limit
+            del self.flat[before:]
+            raise TrainError(COUNT_OVERFLOW) from None
         if len(self.flat) % 3:
             del self.flat[before:]
             raise ValueError("merges are (left, right, count) triples")
@@ -238,10 +263,14 @@ def _train_c(words: list, vocab, config, limit, forced, on_progress) -> MergeLog
             on_progress(batch, len(done), limit)
 
     width = 1 if isinstance(words[0], bytearray) else 4
-    _fastbpe.train(
-        words, width, tokens, limit, max(1, config.min_count), TIE_BREAKS.index(config.tie_break),
-        [tuple(m) for m in forced], callback, PROGRESS_EVERY,
-    )
+    try:
+        _fastbpe.train(
+            words=words, width=width, tokens=tokens, max_merges=min(limit, INT64_MAX),
+            min_count=min(max(1, config.min_count), INT64_MAX),
+            tie_break=config.tie_break, forced=[tuple(m) for m in forced], callback=callback, every=PROGRESS_EVERY,
+        )
+    except OverflowError as exc:
+        raise TrainError(f"the corpus is too large for the in-memory trainer ({exc}); train with --path disk") from None
     return done
 
 

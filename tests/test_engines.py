@@ -110,7 +110,7 @@ def test_rare_pairs_kept_out_of_the_heap_are_merged_exactly(tmp_path):
     rng = random.Random(11)
     words = {bytes(rng.choice(b"abcdxyz") for _ in range(rng.randint(2, 9))): rng.randint(1, 6) for _ in range(400)}
     words[b"qrstuvw" * 3] = 2**40  # makes the first threshold 2**24: everything else starts cold
-    index = _fastbpe.PairIndex([bytes([i]) for i in range(256)], 0)
+    index = _fastbpe.PairIndex(tokens=[bytes([i]) for i in range(256)], tie_break="max-bytes")
     for wid, (word, n) in enumerate(sorted(words.items())):
         index.add_word(wid, n, array("I", list(word)).tobytes())
     index.build_heap()

@@ -293,7 +293,7 @@ def test_merge_errors(cli, tmp_path):
     ok(cli("count", "--store", tmp_path / "w", "--pretokenizer", "whitespace", input=b"a b"))
     for args, message in [
         (("merge-stores", tmp_path / "a", tmp_path / "w", "--store", tmp_path / "m"), "other settings"),
-        (("merge-stores", tmp_path / "w", "--store", tmp_path / "a"), "pattern"),
+        (("merge-stores", tmp_path / "w", "--store", tmp_path / "a"), "pretokenizer='gpt2', not 'whitespace'"),
         (("merge-stores", tmp_path / "a", "--store", tmp_path / "a"), "destination store itself"),
         (("merge-stores", tmp_path / "missing", "--store", tmp_path / "m2"), "no store"),
     ]:

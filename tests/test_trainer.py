@@ -249,7 +249,7 @@ def test_random_word_corpus_with_markers_matches_oracle(seed, engine):
 # With the marker "_" and the byte "_" in the words, (x, byte "_") and (x, marker) have the same
 # bytes; with "ab"+"c" and "a"+"bc" two tokens can share bytes.  The spec does not say which
 # of two such pairs wins, but the C loop promises the Python loop's result (setup.py,
-# _fastbpe.c), and a result that changes with the order the store hands out words is not
+# csrc/merge_loop.h), and a result that changes with the order the store hands out words is not
 # reproducible.
 collide_word = st.one_of(
     st.lists(st.sampled_from(list(b"ab_c")), min_size=0, max_size=6).map(bytes),
@@ -302,18 +302,32 @@ def test_c_loop_takes_byte_or_uint32_symbols_and_checks_them():
     ends = array("Q", [4, 7])
     freqs = array("q", [3, 2])
     runs = []
+
+    def train(words, width, callback=print, **kw):
+        args = dict(tokens=tokens, max_merges=2, min_count=1, tie_break="max-bytes", forced=[], callback=callback,
+                    every=64)
+        return fastbpe.train(words=words, width=width, **{**args, **kw})
+
     for symbols, width in ((bytearray(b"".join(words)), 1), (array("I", list(b"".join(words))), 4)):
         got, held = [], [symbols, ends, freqs]
-        fastbpe.train(held, width, tokens, 2, 1, 0, [], got.extend, 64)
+        assert train(held, width, got.extend) == 2
         assert held == []  # handed over: emptied once the loop has its own copy
         runs.append(got)
     assert runs[0] == runs[1] == [(97, 98, 8), (256, 256, 3)]
     with pytest.raises(ValueError):
-        fastbpe.train([bytearray(b"abababc"), ends, freqs], 3, tokens, 2, 1, 0, [], print, 64)
+        train([bytearray(b"abababc"), ends, freqs], 3)
     with pytest.raises(ValueError):  # 7 bytes are not whole uint32 symbols
-        fastbpe.train([bytearray(b"abababc"), ends, freqs], 4, tokens, 2, 1, 0, [], print, 64)
+        train([bytearray(b"abababc"), ends, freqs], 4)
     with pytest.raises(ValueError):
-        fastbpe.train([bytearray(b"abababc"), ends], 1, tokens, 2, 1, 0, [], print, 64)
+        train([bytearray(b"abababc"), ends], 1)
+    with pytest.raises(ValueError, match="word ends"):  # the last word must end at the last symbol
+        train([bytearray(b"abababc"), array("Q", [4, 6]), freqs], 1)
+    with pytest.raises(ValueError, match="without a token"):
+        train([bytearray(b"abababc"), ends, freqs], 1, tokens=tokens[:98])
+    with pytest.raises(ValueError, match="unknown tie-break"):
+        train([bytearray(b"abababc"), ends, freqs], 1, tie_break="max")
+    with pytest.raises(ValueError, match="without a token"):  # a forced merge of a token that is none
+        train([bytearray(b"abababc"), ends, freqs], 1, forced=[(97, 1 << 40)])
 
 
 @pytest.mark.parametrize("engine", ENGINES)

@@ -5,19 +5,27 @@ directory holding one), a GPT-2 ``vocab.json`` + ``merges.txt`` directory, a ``.
 rank file (with its ``.json`` sidecar) or that sidecar -- and gives one clear error for
 anything that is not a byte-level BPE tokenizer it can read.  ``export_tokenizer`` writes
 ``native``, ``hf``, ``gpt2`` or ``tiktoken``; ``truncate`` keeps the first merges only.
+
+One module a format -- ``native``, ``hf`` (``tokenizer.json``), ``gpt2`` (``vocab.json`` +
+``merges.txt``), ``tiktoken_file`` (rank file + sidecar), ``counts`` (pretoken counts, not a
+tokenizer) -- and what they share: ``files`` (bounded reading of regular files),
+``patterns`` (the regex dialects of HF and tiktoken), ``common`` (the exports' token texts
+and refusals) and ``printable`` (GPT-2's printable form of bytes).
 """
 
 from __future__ import annotations
 
 import gc
+import io
 import json
 import os
-from typing import List, Optional
+from typing import BinaryIO, List, Optional
 
+from ..atomic import check_output, stdout_binary
 from ..tokenizer import Tokenizer, TokenizerError
+from .files import read_tokenizer_file
 
 EXPORT_FORMATS = ("hf", "gpt2", "tiktoken", "native")
-MAX_TOKENIZER_BYTES = 1 << 30  # a larger -t is a corpus passed by mistake, not read whole
 
 
 def load_any(path) -> Tokenizer:
@@ -61,13 +69,7 @@ def _load_any(path) -> Tokenizer:
         )
     if not os.path.exists(path):
         raise TokenizerError(f"no tokenizer at {path}; train one with 'bpe-stream train -o {path}'")
-    if os.path.getsize(path) > MAX_TOKENIZER_BYTES:
-        raise TokenizerError(f"{path} is {os.path.getsize(path):,} bytes, too large for a tokenizer file; check the -t argument")
-    try:
-        with open(path, "rb") as f:
-            data = f.read()
-    except OSError as exc:
-        raise TokenizerError(f"{path}: cannot read it ({exc.strerror})") from None
+    data = read_tokenizer_file(path)
     try:
         doc = json.loads(data)
     except (UnicodeDecodeError, json.JSONDecodeError):
@@ -143,12 +145,25 @@ def export_tokenizer(tok: Tokenizer, fmt: str, path, vocab_size: Optional[int] =
     * ``tiktoken``: ``path`` is the rank file; the sidecar ``path + ".json"`` holds the pattern
       and special tokens.
     * ``native``: ``path`` is the bpe-stream JSON file.
+
+    ``path`` ``-`` is stdout, for the formats that are one file (``hf``, ``native``).  The
+    output paths are checked (:func:`atomic.check_output`) before anything is converted.
     """
     if fmt not in EXPORT_FORMATS:
         raise TokenizerError(f"unknown export format {fmt!r}; choose one of {', '.join(EXPORT_FORMATS)}")
+    path = os.fspath(path)
+    if path == STDOUT:
+        if fmt not in STREAM_FORMATS:
+            raise TokenizerError(f"--format {fmt} writes {_MANY_FILES[fmt]}, which cannot go to stdout; give -o PATH")
+        stream = stdout_binary()
+    else:
+        for output, is_directory in _outputs(fmt, path):
+            check_output(output, directory=is_directory)
     if vocab_size is not None:
         tok = truncate(tok, vocab_size)
-    path = os.fspath(path)
+    if path == STDOUT:
+        dump_tokenizer(tok, fmt, stream)
+        return [STDOUT]
     if fmt == "hf":
         from .hf import save_hf
 
@@ -163,7 +178,38 @@ def export_tokenizer(tok: Tokenizer, fmt: str, path, vocab_size: Optional[int] =
         return save_tiktoken(tok, path)
     from .native import save_native
 
-    if os.path.isdir(path):
-        raise TokenizerError(f"{path} is a directory; give the tokenizer file's name")
     save_native(tok, path)
     return [path]
+
+
+STDOUT = "-"
+STREAM_FORMATS = ("hf", "native")  # one file each: these can go to stdout
+_MANY_FILES = {"gpt2": "a directory (vocab.json and merges.txt)", "tiktoken": "two files (the ranks and a .json sidecar)"}
+
+
+def _outputs(fmt: str, path: str) -> List[tuple]:
+    """``(path, is_directory)`` of what exporting to ``path`` in ``fmt`` writes."""
+    if fmt == "hf":
+        from .hf import hf_file
+
+        return [(hf_file(path), False)]
+    if fmt == "gpt2":
+        return [(path, True)]
+    if fmt == "tiktoken":
+        from .tiktoken_file import sidecar_path
+
+        return [(path, False), (sidecar_path(path), False)]
+    return [(path, False)]
+
+
+def dump_tokenizer(tok: Tokenizer, fmt: str, stream: BinaryIO) -> None:
+    """Writes ``tok`` in the one-file format ``fmt`` (``hf`` or ``native``) to a binary stream."""
+    from .hf import write_hf
+    from .native import write_native
+
+    text = io.TextIOWrapper(stream, encoding="utf-8", newline="\n")
+    try:
+        (write_hf if fmt == "hf" else write_native)(tok, text)
+        text.flush()
+    finally:
+        text.detach()  # the stream (stdout) stays open

@@ -19,10 +19,11 @@ store can be shipped as one file.  A file is UTF-8-compatible bytes, lines endin
    counts were pretokenized the same way).  ``totals`` (optional, each key optional) are added to
    the store's totals on import; ``pretokens`` defaults to the sum of the counts.  ``lines``
    (optional) is the number of count lines that follow: a shorter or longer file is an error, which
-   catches a truncated copy.
+   catches a truncated copy.  Every total, and the sum of the counts, is below 2**63; a given
+   ``pretokens`` is at least the sum of the counts (each occurrence is a pretoken).
 
 2. **One line per pretoken**: ``ESCAPED_PRETOKEN <TAB> COUNT``.  ``COUNT`` is a positive decimal
-   integer (ASCII digits, below 2**64).  ``ESCAPED_PRETOKEN`` is the pretoken's bytes with these
+   integer (ASCII digits, below 2**63: the store and the merge loop keep signed 64-bit counts).  ``ESCAPED_PRETOKEN`` is the pretoken's bytes with these
    escapes, and every other byte as it is:
 
    =============================================  ==============
@@ -51,19 +52,20 @@ import gzip
 import json
 import os
 import re
-import sys
+import stat
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import BinaryIO, Dict, Iterable, Iterator, Optional, Tuple
 
-from ..atomic import atomic_write
+from ..atomic import atomic_write, stdout_binary
 from ..counting import make_settings
 from ..pretokenize import PretokenizeError
+from ..store import MAX_COUNT
 
 FORMAT = "bpe-stream-counts"
 VERSION = 1
 TOTAL_KEYS = ("bytes", "documents", "specials", "pretokens")
-_MAX_COUNT = 1 << 64
+MAX_HEADER_BYTES = 1 << 20
 
 
 class CountsFormatError(ValueError):
@@ -171,9 +173,11 @@ def _parse_header(line: bytes, where: str) -> dict:
         )
     totals = header.get("totals", {})
     if not isinstance(totals, dict) or not all(
-        isinstance(totals.get(k, 0), int) and totals.get(k, 0) >= 0 for k in TOTAL_KEYS
+        isinstance(totals.get(k, 0), int) and 0 <= totals.get(k, 0) <= MAX_COUNT for k in TOTAL_KEYS
     ):
-        raise CountsFormatError(f"{where}header totals must be non-negative integers ({', '.join(TOTAL_KEYS)})")
+        raise CountsFormatError(
+            f"{where}header totals must be integers from 0 to 2**63-1 ({', '.join(TOTAL_KEYS)})"
+        )
     lines = header.get("lines")
     if lines is not None and (not isinstance(lines, int) or lines < 0):
         raise CountsFormatError(f"{where}header lines must be a non-negative integer")
@@ -216,9 +220,11 @@ def parse_line(line: bytes) -> Tuple[bytes, int]:
     if _COUNT.fullmatch(count) is None:
         shown = count[:20].decode("utf-8", "backslashreplace")
         raise ValueError(f"the count {shown!r} is not a positive integer")
+    if len(count) > 40:  # far more digits than 2**63-1 has (int() of thousands is slow, or refused)
+        raise ValueError(f"the count of {len(count):,} digits is out of range (1 to 2**63-1)")
     n = int(count)
-    if not 0 < n < _MAX_COUNT:
-        raise ValueError(f"the count {n} is out of range (1 to 2**64-1)")
+    if not 0 < n <= MAX_COUNT:
+        raise ValueError(f"the count {n} is out of range (1 to 2**63-1)")
     return unescape(raw), n
 
 
@@ -253,13 +259,19 @@ def iter_counts(path: str, start: Optional[int] = None) -> Iterator[Tuple[bytes,
 def check_counts(path: str) -> CountsInfo:
     """Reads a whole counts file once and checks it, so an import never stops half-way on a bad line."""
     try:
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            raise CountsFormatError(f"{path} is not a regular file; a counts file is read twice (checked whole "
+                                    "first), so give a file")
         with _open_read(path) as f:
-            header_line = f.readline()
+            header_line = f.readline(MAX_HEADER_BYTES + 1)
     except (OSError, EOFError, gzip.BadGzipFile) as exc:
         raise CountsFormatError(f"{path}: cannot read it ({getattr(exc, 'strerror', None) or exc})") from None
     where = f"{path}: line 1: "
     if not header_line:
         raise CountsFormatError(f"{path}: empty file; a counts file starts with its JSON header")
+    if not header_line.endswith(b"\n") and len(header_line) > MAX_HEADER_BYTES:
+        raise CountsFormatError(f"{where}not a bpe-stream counts file: its first line is over "
+                                f"{MAX_HEADER_BYTES:,} bytes, no JSON header")
     header = _parse_header(header_line.rstrip(b"\n"), where)
     info = CountsInfo(path, header, header_settings(header, f"{path}: "), body_offset=len(header_line))
     try:
@@ -273,17 +285,36 @@ def check_counts(path: str) -> CountsInfo:
             f"{path}: the header announces {header['lines']:,} count lines but the file has {info.lines:,}; "
             "it is truncated or was edited"
         )
+    if info.total > MAX_COUNT:
+        raise CountsFormatError(f"{path}: the counts add up to {info.total:,}, past 2**63-1 (the store keeps "
+                                "64-bit counts); split the file and import the parts into separate stores")
     totals = header.get("totals", {})
     info.totals = {k: int(totals.get(k, 0)) for k in ("bytes", "documents", "specials")}
     info.totals["pretokens"] = int(totals["pretokens"]) if "pretokens" in totals else info.total
+    if info.totals["pretokens"] < info.total:
+        raise CountsFormatError(
+            f"{path}: the header's totals.pretokens ({info.totals['pretokens']:,}) is less than the counts add up to "
+            f"({info.total:,}); fix the header or leave pretokens out (it defaults to the sum)"
+        )
     return info
+
+
+def check_room(store, pretokens: int, what: str) -> None:
+    """Refuses to add ``pretokens`` more to ``store`` when its total would pass 2**63-1: the
+    store's total bounds each of its counts, which then stay 64-bit."""
+    have = int(store.totals().get("pretokens", 0))
+    if have + pretokens > MAX_COUNT:
+        raise CountsFormatError(
+            f"adding {what} would bring the store at {store.path} to {have + pretokens:,} pretokens, past 2**63-1 "
+            "(the store keeps 64-bit counts); use another --store"
+        )
 
 
 # -- writing ---------------------------------------------------------------------------
 @contextmanager
 def _open_write(path: str):
     if path == "-":
-        out = sys.stdout.buffer
+        out = stdout_binary()
         yield out
         out.flush()
         return

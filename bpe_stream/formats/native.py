@@ -32,11 +32,15 @@ def to_document(tok: Tokenizer) -> dict:
     }
 
 
+def write_native(tok: Tokenizer, f) -> None:
+    """Writes the native document of ``tok`` to the text stream ``f``."""
+    f.write(json.dumps(to_document(tok), ensure_ascii=False, separators=(",", ":")))  # dumps has the C encoder
+    f.write("\n")
+
+
 def save_native(tok: Tokenizer, path) -> None:
-    doc = to_document(tok)
     with atomic_write(path, "w") as f:
-        f.write(json.dumps(doc, ensure_ascii=False, separators=(",", ":")))  # dumps has the C encoder
-        f.write("\n")
+        write_native(tok, f)
 
 
 def is_native(doc: Any) -> bool:

@@ -40,7 +40,9 @@ from ..atomic import atomic_write
 from ..bpe import encode_by_rank
 from ..pretokenize import CL100K_PATTERN, GPT2_PATTERN, O200K_PATTERN, Pretokenizer, PretokenizeError
 from ..tokenizer import Tokenizer, TokenizerError
-from .hf import from_fancy, pretokenizer_for_pattern, reject_end_of_word, to_fancy
+from .common import reject_doc_boundaries, reject_end_of_word
+from .files import read_json, read_tokenizer_file
+from .patterns import from_fancy, pretokenizer_for_pattern, to_fancy
 
 SIDECAR_SUFFIX = ".json"
 SIDECAR_FORMAT = "bpe-stream-tiktoken"
@@ -88,8 +90,7 @@ def check_tiktoken(tok: Tokenizer) -> Dict[int, bytes]:
     """The mergeable ranks (id -> bytes) of ``tok``, or a ``TokenizerError`` saying why
     tiktoken would encode differently."""
     reject_end_of_word(tok, "tiktoken")
-    if tok.doc_start_id is not None or tok.doc_end_id is not None:
-        raise TokenizerError("tiktoken cannot add document boundaries; export with --format hf (or native)")
+    reject_doc_boundaries(tok, "tiktoken")
     specials = tok.special_tokens
     for a in specials:
         for b in specials:
@@ -189,6 +190,8 @@ def is_sidecar(doc) -> bool:
 
 
 def parse_ranks(data: bytes, where: str) -> Dict[bytes, int]:
+    """The ranks of a rank file's bytes.  Errors say what is wrong with which line, never
+    what the line holds: the file may be any file a sidecar named."""
     ranks: Dict[bytes, int] = {}
     for lineno, line in enumerate(data.split(b"\n"), 1):
         if not line.strip():
@@ -196,11 +199,16 @@ def parse_ranks(data: bytes, where: str) -> Dict[bytes, int]:
         parts = line.split()
         try:
             if len(parts) != 2:
-                raise ValueError
+                raise ValueError(f"{len(parts)} field{'' if len(parts) == 1 else 's'}")
             token = base64.b64decode(parts[0], validate=True)
+            if not parts[1].isdigit():
+                raise ValueError("no decimal rank")
             rank = int(parts[1])
-        except (binascii.Error, ValueError):
-            raise TokenizerError(f"{where}:{lineno}: expected 'base64-token rank', got {line[:40]!r}") from None
+        except binascii.Error:
+            raise TokenizerError(f"{where}:{lineno}: not a rank file: the token is not base64") from None
+        except ValueError as exc:
+            raise TokenizerError(f"{where}:{lineno}: not a rank file: expected 'base64-token rank', found "
+                                 f"{exc if str(exc) else 'something else'}") from None
         if token in ranks:
             raise TokenizerError(f"{where}:{lineno}: the token {token!r} appears twice")
         ranks[token] = rank
@@ -210,12 +218,7 @@ def parse_ranks(data: bytes, where: str) -> Dict[bytes, int]:
 def read_ranks(path) -> Dict[bytes, int]:
     """The mergeable ranks of a ``.tiktoken`` file (bytes -> rank), read directly (no cache)."""
     path = os.fspath(path)
-    try:
-        with open(path, "rb") as f:
-            data = f.read()
-    except OSError as exc:
-        raise TokenizerError(f"{path}: cannot read it ({exc.strerror})") from None
-    return parse_ranks(data, path)
+    return parse_ranks(read_tokenizer_file(path, "a .tiktoken rank file"), path)
 
 
 def _tiktoken_split(token: bytes, ranks: Dict[bytes, int], max_rank: int) -> List[bytes]:
@@ -257,12 +260,25 @@ def recover_merges(ranks: Dict[bytes, int], where: str) -> List[Tuple[int, int, 
     return merges
 
 
-def _read_json(path) -> dict:
-    try:
-        with open(path, encoding="utf-8") as f:
-            return json.load(f)
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise TokenizerError(f"{path}: cannot read the tiktoken sidecar ({exc})") from None
+def _read_sidecar(path):
+    return read_json(path, "a tiktoken sidecar")
+
+
+def ranks_path(sidecar, meta: dict) -> str:
+    """The rank file a sidecar names: a plain file name, in the sidecar's directory (a path
+    could reach any file on the machine)."""
+    sidecar = os.fspath(sidecar)
+    name = meta.get("ranks_file")
+    if name is None and sidecar.endswith(SIDECAR_SUFFIX):
+        name = os.path.basename(sidecar[: -len(SIDECAR_SUFFIX)])
+    if not isinstance(name, str) or not name:
+        raise TokenizerError(f"{sidecar}: the tiktoken sidecar names no ranks_file")
+    if name in (".", "..") or "/" in name or (os.sep != "/" and os.sep in name) or (os.altsep and os.altsep in name):
+        raise TokenizerError(
+            f"{sidecar}: ranks_file must be the name of a file beside the sidecar, not a path; put the rank file "
+            "there and give its name"
+        )
+    return os.path.join(os.path.dirname(os.path.abspath(sidecar)), name)
 
 
 def _pretokenizer_from_meta(meta: dict, where: str) -> str:
@@ -279,27 +295,18 @@ def _pretokenizer_from_meta(meta: dict, where: str) -> str:
              NONE_PATTERN: "none"}
     if pat_str in known:
         return known[pat_str]
-    name = pretokenizer_for_pattern(from_fancy(pat_str))
-    try:
-        Pretokenizer.from_name(name)
-    except PretokenizeError as exc:
-        raise TokenizerError(f"{where}: {exc}") from None
-    return name
+    return pretokenizer_for_pattern(from_fancy(pat_str), where)
 
 
 def load_tiktoken(path, meta: Optional[dict] = None, data: Optional[bytes] = None) -> Tokenizer:
     """A ``Tokenizer`` from a rank file and its sidecar (``path + ".json"``, or ``meta``)."""
     path = os.fspath(path)
     if data is None:
-        try:
-            with open(path, "rb") as f:
-                data = f.read()
-        except OSError as exc:
-            raise TokenizerError(f"{path}: cannot read it ({exc.strerror})") from None
+        data = read_tokenizer_file(path, "a .tiktoken rank file")
     if meta is None:
         side = sidecar_path(path)
         if os.path.exists(side):
-            meta = _read_json(side)
+            meta = _read_sidecar(side)
             if not is_sidecar(meta):
                 raise TokenizerError(f"{side} is not a tiktoken sidecar (no pat_str)")
         else:
@@ -338,14 +345,8 @@ def load_sidecar(path, meta: Optional[dict] = None) -> Tokenizer:
     """A ``Tokenizer`` from the sidecar at ``path`` (its ``ranks_file`` beside it)."""
     path = os.fspath(path)
     if meta is None:
-        meta = _read_json(path)
-    ranks_file = meta.get("ranks_file")
-    if not isinstance(ranks_file, str):
-        if path.endswith(SIDECAR_SUFFIX):
-            ranks_file = os.path.basename(path[: -len(SIDECAR_SUFFIX)])
-        else:
-            raise TokenizerError(f"{path}: the tiktoken sidecar names no ranks_file")
-    return load_tiktoken(os.path.join(os.path.dirname(os.path.abspath(path)), ranks_file), meta)
+        meta = _read_sidecar(path)
+    return load_tiktoken(ranks_path(path, meta), meta)
 
 
 def tiktoken_encoding(path):
@@ -353,14 +354,12 @@ def tiktoken_encoding(path):
     import tiktoken
 
     path = os.fspath(path)
-    with open(path, "rb") as f:
-        head = f.read(4096)
-    if path.endswith(SIDECAR_SUFFIX) and not looks_like_ranks(head):
+    if path.endswith(SIDECAR_SUFFIX) and not looks_like_ranks(read_tokenizer_file(path, "a tiktoken file")):
         side = path
-        meta = _read_json(side)
-        path = os.path.join(os.path.dirname(os.path.abspath(side)), meta.get("ranks_file") or os.path.basename(side[:-5]))
+        meta = _read_sidecar(side)
+        path = ranks_path(side, meta)
     else:
-        meta = _read_json(sidecar_path(path))
+        meta = _read_sidecar(sidecar_path(path))
     kwargs = {}
     if meta.get("explicit_n_vocab"):
         kwargs["explicit_n_vocab"] = meta["explicit_n_vocab"]

@@ -1,0 +1,106 @@
+"""Pretoken counts keyed by bytes: fed with text, merged and handed on packed.
+
+A :class:`CountTable` counts the pretokens of the bytes it is fed (``feed(data, pattern)``,
+for the patterns of ``bpe_stream.scan``), takes counts one by one (``add``) or packed
+(``merge``), and gives them as one ``bytes`` object (``pack``) or a dict (``to_dict``).
+The packed form -- for each entry, in insertion order, a little-endian u32 length, the
+pretoken's bytes and a little-endian u64 count -- lets a worker hand its partial counts to
+the parent without a Python object per pretoken.
+
+``CountTable`` is the native table (``bpe_stream._fastbpe.CountTable``: scanning and counting
+in C, counts in native memory) when the extension is built, and :class:`PyCountTable`
+(the same behaviour, packed bytes included, on a dict and ``regex``) when it is not.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Dict, Iterator, Mapping, Tuple
+
+from .scan import scan_with_regex
+
+from .native import fastbpe as _native
+
+NativeCountTable = _native.CountTable if _native is not None else None  # None without a C compiler
+
+MAX_COUNT = (1 << 64) - 1
+MAX_KEY_BYTES = (1 << 32) - 1
+_LENGTH = struct.Struct("<I")
+_COUNT = struct.Struct("<Q")
+
+
+def pack_counts(counts: Mapping[bytes, int]) -> bytes:
+    """``counts`` in the packed form, in the mapping's order."""
+    parts = []
+    for key, count in counts.items():
+        parts += (_LENGTH.pack(len(key)), key, _COUNT.pack(count))
+    return b"".join(parts)
+
+
+def iter_packed(packed) -> Iterator[Tuple[bytes, int]]:
+    """The ``(key, count)`` entries of a packed buffer; ValueError where it stops parsing."""
+    view = memoryview(packed).cast("B")
+    off, end = 0, len(view)
+    while off < end:
+        if end - off < _LENGTH.size:
+            raise ValueError("packed counts are malformed (entries before the fault were merged)")
+        (length,) = _LENGTH.unpack_from(view, off)
+        key_end = off + _LENGTH.size + length
+        if key_end + _COUNT.size > end:
+            raise ValueError("packed counts are malformed (entries before the fault were merged)")
+        yield bytes(view[off + _LENGTH.size:key_end]), _COUNT.unpack_from(view, key_end)[0]
+        off = key_end + _COUNT.size
+
+
+def unpack_counts(packed) -> Dict[bytes, int]:
+    """A packed buffer as a dict (a key packed twice gets the sum)."""
+    table = PyCountTable()
+    table.merge(packed)
+    return table.to_dict()
+
+
+class PyCountTable:
+    """The native ``CountTable`` in Python: the same results, errors and packed bytes."""
+
+    def __init__(self):
+        self._counts: Dict[bytes, int] = {}
+        self.total = 0
+
+    def __len__(self) -> int:
+        return len(self._counts)
+
+    def feed(self, data, pattern: str) -> int:
+        """Counts the pretokens of ``data`` for ``pattern``; returns how many there were."""
+        tokens = scan_with_regex(data, pattern)
+        for token in tokens:
+            self.add(token)
+        return len(tokens)
+
+    def add(self, key, count: int = 1) -> None:
+        key = bytes(memoryview(key))  # bytes-like only, as the native table
+        if not isinstance(count, int):
+            raise TypeError(f"count must be an int, not {type(count).__name__}")
+        if count < 0:
+            raise OverflowError("can't convert negative int to unsigned")
+        if count > MAX_COUNT - self.total or len(key) > MAX_KEY_BYTES:
+            raise OverflowError("count table limit: a pretoken over 4 GiB or counts over 2**64-1")
+        self._counts[key] = self._counts.get(key, 0) + count
+        self.total += count
+
+    def merge(self, packed) -> None:
+        """Adds the counts of a packed buffer (what :meth:`pack` gives)."""
+        for key, count in iter_packed(packed):
+            self.add(key, count)
+
+    def pack(self) -> bytes:
+        return pack_counts(self._counts)
+
+    def to_dict(self) -> Dict[bytes, int]:
+        return dict(self._counts)
+
+    def clear(self) -> None:
+        self._counts.clear()
+        self.total = 0
+
+
+CountTable = NativeCountTable if NativeCountTable is not None else PyCountTable

@@ -1,0 +1,295 @@
+/*
+ * counttable.c -- the pretoken count table (see counttable.h).
+ *
+ * Open addressing with linear probing over 8-byte slots: a slot holds the high 32 bits
+ * of its key's hash (a tag compared before any key is touched) and 1 + the index of its
+ * entry (0: empty).  Entries sit in insertion order in one array; their keys, one after
+ * the other, in one byte arena.  The slots are at most half full, so a probe is short,
+ * and growing them re-slots the entries in order without touching keys (an entry keeps
+ * its hash).
+ */
+#include "counttable.h"
+
+#include "scan.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    uint64_t count;
+    uint64_t head; /* the key's first 8 bytes (zeros after a shorter key): most keys compare here */
+    size_t off;    /* of its key in the arena */
+    uint64_t hash; /* kept so that growing the slots reads entries in order, not keys */
+    uint32_t len;
+} entry_t;
+
+struct bs_counttable {
+    uint64_t *slots;
+    size_t mask; /* slot capacity - 1, a power of two minus one */
+    entry_t *entries;
+    size_t n, entries_cap;
+    uint8_t *keys;
+    size_t keys_len, keys_cap;
+    uint64_t total;
+};
+
+#define INITIAL_SLOTS 1024u
+#define SPAN_BATCH 256u
+
+static inline uint64_t mix(uint64_t x) { /* splitmix64's finalizer */
+    x ^= x >> 30, x *= 0xbf58476d1ce4e5b9ull;
+    x ^= x >> 27, x *= 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
+
+/* Up to 8 bytes as a little-endian number (zeros above them). */
+static inline uint64_t load_head(const uint8_t *p, size_t n) {
+    uint64_t w = 0;
+    if (n >= 8) {
+        for (int k = 0; k < 8; k++) w |= (uint64_t)p[k] << (8 * k);
+        return w;
+    }
+    switch (n) { /* falls through: byte k goes to bits 8k.. */
+    case 7: w |= (uint64_t)p[6] << 48; /* fall through */
+    case 6: w |= (uint64_t)p[5] << 40; /* fall through */
+    case 5: w |= (uint64_t)p[4] << 32; /* fall through */
+    case 4: w |= (uint64_t)p[3] << 24; /* fall through */
+    case 3: w |= (uint64_t)p[2] << 16; /* fall through */
+    case 2: w |= (uint64_t)p[1] << 8;  /* fall through */
+    case 1: w |= (uint64_t)p[0];
+    }
+    return w;
+}
+
+/* load_head where 8 bytes from p may be read (the key may be shorter): one load and a
+ * mask instead of a branch on the length, which random pretoken lengths mispredict. */
+static inline uint64_t load_head_readable(const uint8_t *p, size_t n) {
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    uint64_t w;
+    memcpy(&w, p, 8);
+    return n >= 8 ? w : w & ((1ull << (8 * n)) - 1);
+#else
+    return load_head(p, n);
+#endif
+}
+
+/* The hash of a key whose first 8 bytes are `head`. */
+static uint64_t hash_key(const uint8_t *p, size_t n, uint64_t head) {
+    uint64_t h = (0x9e3779b97f4a7c15ull ^ n) + head * 0xff51afd7ed558ccdull;
+    for (size_t k = 8; k < n; k += 8) {
+        h ^= h >> 32;
+        h = (h ^ load_head(p + k, n - k)) * 0xff51afd7ed558ccdull;
+    }
+    return mix(h);
+}
+
+static inline int same_key(const bs_counttable *t, const entry_t *e, const uint8_t *key, size_t len, uint64_t head) {
+    return e->head == head && e->len == len && (len <= 8 || memcmp(t->keys + e->off + 8, key + 8, len - 8) == 0);
+}
+
+bs_counttable *bs_ct_new(void) {
+    bs_counttable *t = calloc(1, sizeof *t);
+    if (!t) return NULL;
+    t->slots = calloc(INITIAL_SLOTS, sizeof *t->slots);
+    if (!t->slots) {
+        free(t);
+        return NULL;
+    }
+    t->mask = INITIAL_SLOTS - 1;
+    return t;
+}
+
+void bs_ct_free(bs_counttable *t) {
+    if (!t) return;
+    free(t->slots);
+    free(t->entries);
+    free(t->keys);
+    free(t);
+}
+
+void bs_ct_clear(bs_counttable *t) {
+    memset(t->slots, 0, (t->mask + 1) * sizeof *t->slots);
+    t->n = t->keys_len = 0;
+    t->total = 0;
+}
+
+size_t bs_ct_len(const bs_counttable *t) { return t->n; }
+uint64_t bs_ct_total(const bs_counttable *t) { return t->total; }
+
+static inline size_t first_slot(const bs_counttable *t, uint64_t hash) { return (size_t)hash & t->mask; }
+
+/* Doubles the slots (when adding one more entry would make them more than half full). */
+static int grow_slots(bs_counttable *t) {
+    size_t cap = t->mask + 1;
+    if (cap > SIZE_MAX / 2 / sizeof *t->slots) return BS_CT_ENOMEM;
+    uint64_t *slots = calloc(2 * cap, sizeof *slots);
+    if (!slots) return BS_CT_ENOMEM;
+    size_t mask = 2 * cap - 1;
+    for (size_t i = 0; i < t->n; i++) {
+        uint64_t hash = t->entries[i].hash;
+        size_t j = (size_t)hash & mask;
+        while (slots[j]) j = (j + 1) & mask;
+        slots[j] = (hash & 0xffffffff00000000ull) | (uint64_t)(i + 1);
+    }
+    free(t->slots);
+    t->slots = slots;
+    t->mask = mask;
+    return BS_CT_OK;
+}
+
+/* Room for `more` elements of `size` bytes after the `len` used in buf (capacity *cap):
+ * *out is buf, or its reallocation with a doubled capacity.  On failure buf is unchanged. */
+static int reserve(void *buf, size_t *cap, size_t len, size_t more, size_t size, void **out) {
+    *out = buf;
+    if (more <= *cap - len) return BS_CT_OK;
+    if (more > SIZE_MAX / size - len) return BS_CT_ENOMEM;
+    size_t want = *cap ? *cap : 256;
+    while (want < len + more) want = want > SIZE_MAX / size / 2 ? len + more : 2 * want;
+    void *p = realloc(buf, want * size);
+    if (!p) return BS_CT_ENOMEM;
+    *out = p;
+    *cap = want;
+    return BS_CT_OK;
+}
+
+#if defined(__GNUC__) || defined(__clang__)
+#define PREFETCH(p) __builtin_prefetch(p)
+#else
+#define PREFETCH(p) ((void)(p))
+#endif
+
+/* bs_ct_add with the key's head and hash known. */
+static int add_hashed(bs_counttable *t, const uint8_t *key, size_t len, uint64_t head, uint64_t hash, uint64_t n) {
+    if (n > UINT64_MAX - t->total) return BS_CT_ELIMIT;
+    uint64_t tag = hash & 0xffffffff00000000ull;
+    size_t i = first_slot(t, hash);
+    for (uint64_t s; (s = t->slots[i]) != 0; i = (i + 1) & t->mask) {
+        if ((s & 0xffffffff00000000ull) != tag) continue;
+        entry_t *e = &t->entries[(uint32_t)s - 1];
+        if (same_key(t, e, key, len, head)) {
+            e->count += n; /* <= total, which did not overflow */
+            t->total += n;
+            return BS_CT_OK;
+        }
+    }
+    /* a new entry: everything that can fail comes before anything changes */
+    if (t->n >= BS_CT_MAX_ENTRIES || len > UINT32_MAX) return BS_CT_ELIMIT;
+    int rc;
+    void *p;
+    if ((rc = reserve(t->entries, &t->entries_cap, t->n, 1, sizeof *t->entries, &p)) != BS_CT_OK) return rc;
+    t->entries = p;
+    if ((rc = reserve(t->keys, &t->keys_cap, t->keys_len, len, 1, &p)) != BS_CT_OK) return rc;
+    t->keys = p;
+    if (2 * (t->n + 1) > t->mask + 1) { /* the slots grow: find the key's empty slot anew */
+        if ((rc = grow_slots(t)) != BS_CT_OK) return rc;
+        i = first_slot(t, hash);
+        while (t->slots[i]) i = (i + 1) & t->mask;
+    }
+    entry_t *e = &t->entries[t->n];
+    e->count = n;
+    e->head = head;
+    e->off = t->keys_len;
+    e->len = (uint32_t)len;
+    e->hash = hash;
+    if (len) memcpy(t->keys + t->keys_len, key, len);
+    t->keys_len += len;
+    t->slots[i] = tag | (uint64_t)(t->n + 1);
+    t->n++;
+    t->total += n;
+    return BS_CT_OK;
+}
+
+int bs_ct_add(bs_counttable *t, const uint8_t *key, size_t len, uint64_t n) {
+    uint64_t head = load_head(key, len);
+    return add_hashed(t, key, len, head, hash_key(key, len, head), n);
+}
+
+/* Counts a batch of spans of data.  The lookups of a batch are independent, so memory
+ * latency is hidden by prefetching: first every key's slot, then, a few keys ahead of
+ * the one being counted, the entry its slot points to. */
+#define ENTRY_AHEAD 8
+
+/* Prefetches the entry of the first slot from the key's own whose tag is the key's. */
+static inline void prefetch_entry(const bs_counttable *t, uint64_t hash) {
+    uint64_t tag = hash & 0xffffffff00000000ull, s;
+    for (size_t i = first_slot(t, hash); (s = t->slots[i]) != 0; i = (i + 1) & t->mask) {
+        if ((s & 0xffffffff00000000ull) == tag) {
+            PREFETCH(&t->entries[(uint32_t)s - 1]);
+            return;
+        }
+    }
+}
+static int add_spans(bs_counttable *t, const uint8_t *data, size_t data_len, const bs_span *spans, size_t count,
+                     uint64_t *counted) {
+    uint64_t heads[SPAN_BATCH], hashes[SPAN_BATCH];
+    for (size_t k = 0; k < count; k++) {
+        const uint8_t *key = data + spans[k].start;
+        size_t len = spans[k].end - spans[k].start;
+        heads[k] = data_len - spans[k].start >= 8 ? load_head_readable(key, len) : load_head(key, len);
+        hashes[k] = hash_key(key, len, heads[k]);
+        PREFETCH(&t->slots[first_slot(t, hashes[k])]);
+    }
+    for (size_t k = 0; k < count; k++) {
+        if (k + ENTRY_AHEAD < count) prefetch_entry(t, hashes[k + ENTRY_AHEAD]);
+        int rc = add_hashed(t, data + spans[k].start, spans[k].end - spans[k].start, heads[k], hashes[k], 1);
+        if (rc != BS_CT_OK) return rc;
+        ++*counted;
+    }
+    return BS_CT_OK;
+}
+
+int bs_ct_feed(bs_counttable *t, int pattern, const uint8_t *data, size_t len, uint64_t *pretokens) {
+    bs_span spans[SPAN_BATCH];
+    size_t pos = 0;
+    uint64_t counted = 0;
+    ptrdiff_t got;
+    int rc = BS_CT_OK;
+    if (!bs_scan_pattern_name(pattern)) rc = BS_CT_EPATTERN;
+    while (rc == BS_CT_OK && (got = bs_scan(pattern, data, len, &pos, spans, SPAN_BATCH)) > 0)
+        rc = add_spans(t, data, len, spans, (size_t)got, &counted);
+    if (pretokens) *pretokens = counted;
+    return rc;
+}
+
+void bs_ct_entry(const bs_counttable *t, size_t i, const uint8_t **key, size_t *len, uint64_t *count) {
+    const entry_t *e = &t->entries[i];
+    *key = t->keys + e->off;
+    *len = e->len;
+    *count = e->count;
+}
+
+size_t bs_ct_packed_size(const bs_counttable *t) { return t->keys_len + BS_CT_PACKED_OVERHEAD * t->n; }
+
+static inline uint8_t *put_le(uint8_t *out, uint64_t v, int bytes) {
+    for (int k = 0; k < bytes; k++) out[k] = (uint8_t)(v >> (8 * k));
+    return out + bytes;
+}
+
+static inline uint64_t get_le(const uint8_t *in, int bytes) {
+    uint64_t v = 0;
+    for (int k = 0; k < bytes; k++) v |= (uint64_t)in[k] << (8 * k);
+    return v;
+}
+
+void bs_ct_pack(const bs_counttable *t, uint8_t *out) {
+    for (size_t i = 0; i < t->n; i++) {
+        const entry_t *e = &t->entries[i];
+        out = put_le(out, e->len, 4);
+        memcpy(out, t->keys + e->off, e->len);
+        out = put_le(out + e->len, e->count, 8);
+    }
+}
+
+int bs_ct_merge_packed(bs_counttable *t, const uint8_t *buf, size_t len) {
+    size_t off = 0;
+    while (off < len) {
+        if (len - off < 4) return BS_CT_EPACKED;
+        uint64_t klen = get_le(buf + off, 4);
+        if (len - off - 4 < 8 || klen > len - off - 4 - 8) return BS_CT_EPACKED;
+        const uint8_t *key = buf + off + 4;
+        int rc = bs_ct_add(t, key, (size_t)klen, get_le(key + klen, 8));
+        if (rc != BS_CT_OK) return rc;
+        off += 4 + klen + 8;
+    }
+    return BS_CT_OK;
+}

@@ -1,0 +1,56 @@
+/*
+ * counttable.h -- pretoken bytes -> 64-bit counts, in native memory (no Python objects).
+ *
+ * A counting worker feeds its text (scanned by scan.c and counted here, no object per
+ * pretoken) and hands its table to the parent packed into one buffer, which the parent
+ * merges into its own table.  The packed form is, for each entry, in no particular order:
+ *
+ *     u32 length (little-endian) | length bytes of the pretoken | u64 count (little-endian)
+ *
+ * Limits are checked, never wrapped: at most BS_CT_MAX_ENTRIES distinct pretokens, each
+ * at most UINT32_MAX bytes, counts that stay below 2**64.
+ */
+#ifndef BS_COUNTTABLE_H
+#define BS_COUNTTABLE_H
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct bs_counttable bs_counttable;
+
+enum {
+    BS_CT_OK = 0,
+    BS_CT_ENOMEM = -1,    /* an allocation failed; the table is unchanged by the failed step */
+    BS_CT_ELIMIT = -2,    /* a key, the number of entries or a count would exceed its limit */
+    BS_CT_EPACKED = -3,   /* a packed buffer that does not parse (entries before it were merged) */
+    BS_CT_EPATTERN = -4,  /* not a bs_scan_pattern */
+};
+
+#define BS_CT_MAX_ENTRIES (UINT32_MAX - 1u)
+#define BS_CT_PACKED_OVERHEAD 12u /* bytes per packed entry besides its key */
+
+bs_counttable *bs_ct_new(void);
+void bs_ct_free(bs_counttable *t);
+void bs_ct_clear(bs_counttable *t);
+
+size_t bs_ct_len(const bs_counttable *t);      /* distinct pretokens */
+uint64_t bs_ct_total(const bs_counttable *t);  /* the sum of the counts */
+
+/* Adds n to the count of key[0:len). */
+int bs_ct_add(bs_counttable *t, const uint8_t *key, size_t len, uint64_t n);
+
+/* Scans data[0:len) with a bs_scan_pattern and counts each pretoken once; *pretokens (if
+ * not NULL) gets how many were counted, also when an error stops the feed part way. */
+int bs_ct_feed(bs_counttable *t, int pattern, const uint8_t *data, size_t len, uint64_t *pretokens);
+
+/* The i-th entry (0 <= i < bs_ct_len), in insertion order; the key stays valid until the
+ * table changes. */
+void bs_ct_entry(const bs_counttable *t, size_t i, const uint8_t **key, size_t *len, uint64_t *count);
+
+/* The size of the packed form, and the packing itself into out[0:bs_ct_packed_size). */
+size_t bs_ct_packed_size(const bs_counttable *t);
+void bs_ct_pack(const bs_counttable *t, uint8_t *out);
+
+/* Adds every entry of a packed buffer. */
+int bs_ct_merge_packed(bs_counttable *t, const uint8_t *buf, size_t len);
+
+#endif

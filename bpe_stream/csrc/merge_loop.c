@@ -1,0 +1,421 @@
+/*
+ * merge_loop.c: the in-memory merge loop (see merge_loop.h).
+ *
+ * Layout.  All symbols of all distinct words sit in one array, word after word.  Each
+ * position has its symbol, and links to the previous and next live position of its word
+ * (BS_NONE at the word's ends), and its word's frequency (see Node).  Each pair's record
+ * (pairs.h) lists the positions where it starts.
+ *
+ * A merge of (a, b) into z visits only the positions of (a, b), in increasing order, so
+ * within a word it replaces non-overlapping occurrences left to right (aaa -> [aa, a]).
+ * At an occurrence i (next j, previous x, after-next y) the counts of (x, a) and (b, y)
+ * fall, those of (x, z) and (z, y) rise, i takes z and j is unlinked.  Work is therefore
+ * proportional to the occurrences, not to the length of the words that hold them.
+ *
+ * Speed comes from memory access, not arithmetic: a merge prefetches the positions it will
+ * visit, resolves the neighbours' pair records once per merge (see resolve_sides), and the
+ * pair table compares hash tags before touching a record.
+ */
+#include "merge_loop.h"
+
+#include "pairs.h"
+
+/* A position: its symbol, its neighbours' positions, and its word's frequency when that
+ * fits in 31 bits (nearly always), else BIG_FREQ | word id -- so a visit needs no second
+ * random load from the frequency array. */
+typedef struct {
+    uint32_t sym, prev, next, wfreq;
+} Node;
+#define BIG_FREQ 0x80000000u
+/* How many occurrences ahead a merge prefetches positions: each visit is a random load
+ * from a table far larger than the cache, and overlapping those loads is what makes the
+ * loop fast on long words (measured on multi_25M: 8-16 hide most of the latency). */
+#define PREFETCH_AHEAD 12
+/* Before any merge every pair is of small ids (bytes, specials): a direct table of their
+ * records saves a hash lookup per position while loading. */
+#define SMALL 512u
+
+/* The neighbours seen in one merge, on one side: for each symbol s next to an occurrence,
+ * the count change of the pair that loses (s, a) or (b, s) -- the pair that gains (s, z) or
+ * (z, s) changes by the opposite -- and how many positions the gaining pair receives.
+ * Counts are applied once per neighbour at the end of the merge instead of once per
+ * occurrence, and the pair records are resolved there too, in one pass with prefetching:
+ * on long words most neighbours are new pairs, and each lookup is a cache miss. */
+typedef struct {
+    uint32_t key, r_old, r_new, n_pos;
+    uint32_t at; /* where its positions go in the gaining pair's list */
+    int64_t delta; /* of the gaining pair */
+} SideEntry;
+
+typedef struct {
+    uint32_t *slot_entry, *slot_gen;
+    uint32_t mask, gen;
+    SideEntry *entries;
+    uint32_t n, cap;
+} Side;
+
+/* A position the gaining pair of a side entry receives: entry index, high bit = right side. */
+typedef struct {
+    uint32_t entry, pos;
+} Pending;
+#define RIGHT_SIDE 0x80000000u
+
+struct MergeLoop {
+    PairSet ps;
+    /* positions */
+    Node *nodes;
+    uint64_t n_pos;
+    int64_t *freq;
+    /* one merge's neighbours, and the records of the pairs it gave occurrences */
+    Side left, right;
+    Pending *pend;
+    uint64_t n_pend, cap_pend;
+    uint32_t *born;
+    uint32_t n_born, cap_born;
+    uint64_t merges; /* done, for pushed_at */
+    uint64_t visits, merged;
+};
+
+MergeLoop *merge_loop_new(int tie_break, int *status) {
+    MergeLoop *m = (MergeLoop *)calloc(1, sizeof(MergeLoop));
+    if (!m) { *status = BS_NO_MEMORY; return NULL; }
+    *status = pairs_init(&m->ps, tie_break);
+    if (*status) { merge_loop_free(m); return NULL; }
+    return m;
+}
+
+void merge_loop_free(MergeLoop *m) {
+    if (!m) return;
+    free(m->nodes);
+    free(m->freq);
+    free(m->left.slot_entry); free(m->left.slot_gen); free(m->left.entries);
+    free(m->right.slot_entry); free(m->right.slot_gen); free(m->right.entries);
+    free(m->pend);
+    free(m->born);
+    pairs_free(&m->ps);
+    free(m);
+}
+
+int merge_loop_add_token(MergeLoop *m, const uint8_t *data, size_t len) {
+    return pairs_add_token(&m->ps, data, len);
+}
+
+void merge_loop_stats(const MergeLoop *m, MergeLoopStats *out) {
+    out->visits = m->visits;
+    out->merged = m->merged;
+    out->pairs = m->ps.n_recs;
+    out->heap = m->ps.heap_len;
+}
+
+#define IN_SYM(i) (width == 1 ? (uint32_t)in_sym8[i] : in_sym32[i])
+int merge_loop_load(MergeLoop *m, const void *symbols, int width, uint64_t n_pos, const uint64_t *ends,
+                    const int64_t *freqs, uint64_t n_words) {
+    PairSet *ps = &m->ps;
+    if (m->nodes) return BS_OUT_OF_ORDER; /* once */
+    if (width != 1 && width != 4) return BS_BAD_ARGUMENT;
+    if (n_words && ends[n_words - 1] != n_pos) return BS_BAD_WORD_ENDS;
+    /* positions are uint32 indices; word ids share 31 bits with frequencies in a Node */
+    if (n_pos > bs_limit32 || n_words >= BIG_FREQ || n_words > bs_limit32) return BS_TOO_LARGE;
+    const uint32_t *in_sym32 = (const uint32_t *)symbols;
+    const uint8_t *in_sym8 = (const uint8_t *)symbols;
+    m->n_pos = n_pos;
+    m->nodes = (Node *)bs_realloc_n(NULL, n_pos ? n_pos : 1, sizeof(Node));
+    m->freq = (int64_t *)bs_realloc_n(NULL, n_words ? n_words : 1, sizeof(int64_t));
+    uint32_t *small = (uint32_t *)malloc(SMALL * SMALL * sizeof(uint32_t));
+    if (!m->nodes || !m->freq || !small) { free(small); return BS_NO_MEMORY; }
+    if (n_words) memcpy(m->freq, freqs, n_words * sizeof(int64_t));
+    memset(small, 0xFF, SMALL * SMALL * sizeof(uint32_t));
+    int rc = BS_OK;
+    uint64_t start = 0;
+    for (uint64_t w = 0; w < n_words; w++) {
+        uint64_t end = ends[w];
+        if (end < start || end > n_pos) { rc = BS_BAD_WORD_ENDS; goto done; }
+        int64_t f = m->freq[w];
+        for (uint64_t i = start; i < end; i++) {
+            uint32_t sym = IN_SYM(i);
+            if (sym >= ps->n_tokens) { rc = BS_UNKNOWN_SYMBOL; goto done; }
+            Node *nd = &m->nodes[i];
+            nd->sym = sym;
+            nd->wfreq = f >= 0 && f < (int64_t)BIG_FREQ ? (uint32_t)f : BIG_FREQ | (uint32_t)w;
+            nd->prev = i > start ? (uint32_t)(i - 1) : BS_NONE;
+            nd->next = i + 1 < end ? (uint32_t)(i + 1) : BS_NONE;
+            if (i + 1 < end && f > 0) {
+                uint32_t x = sym, y = IN_SYM(i + 1), r;
+                if (x < SMALL && y < SMALL) {
+                    r = small[x * SMALL + y];
+                    if (r == BS_NONE) {
+                        if ((rc = pair_get(ps, pair_key(x, y), &r))) goto done;
+                        small[x * SMALL + y] = r;
+                    }
+                } else if ((rc = pair_get(ps, pair_key(x, y), &r))) {
+                    goto done;
+                }
+                if ((rc = occ_push(&ps->recs[r], (uint32_t)i))) goto done;
+                /* A pair's count never exceeds the first count of the byte pair at the same
+                 * places (every later (X, Y) sits where X's last byte met Y's first), so
+                 * checking the counts as they are first summed keeps every later one in range. */
+                if (ps->recs[r].count > INT64_MAX - f) { rc = BS_COUNT_OVERFLOW; goto done; }
+                ps->recs[r].count += f;
+            }
+        }
+        start = end;
+    }
+done:
+    free(small);
+    return rc;
+}
+#undef IN_SYM
+
+int merge_loop_start(MergeLoop *m) {
+    return pairs_build_heap(&m->ps, 0);
+}
+
+/* Sorts positions ascending: qsort, or for long lists an LSD radix sort in two passes
+ * of 16 bits (a run already in order is left alone). */
+static int sort_positions(uint32_t *v, uint32_t n) {
+    uint32_t k;
+    for (k = 1; k < n && v[k - 1] <= v[k]; k++) {}
+    if (k >= n) return BS_OK;
+    if (n < (1u << 17)) { /* radix sort's counting tables cost more below this */
+        bs_sort_u32(v, n);
+        return BS_OK;
+    }
+    uint32_t *tmp = (uint32_t *)bs_realloc_n(NULL, n, sizeof(uint32_t));
+    uint32_t *count = (uint32_t *)malloc(65536 * sizeof(uint32_t));
+    if (!tmp || !count) { free(tmp); free(count); return BS_NO_MEMORY; }
+    uint32_t *src = v, *dst = tmp;
+    for (int shift = 0; shift < 32; shift += 16) {
+        memset(count, 0, 65536 * sizeof(uint32_t));
+        for (uint32_t i = 0; i < n; i++) count[(src[i] >> shift) & 0xFFFF]++;
+        uint32_t sum = 0;
+        for (uint32_t d = 0; d < 65536; d++) {
+            uint32_t c = count[d];
+            count[d] = sum;
+            sum += c;
+        }
+        for (uint32_t i = 0; i < n; i++) dst[count[(src[i] >> shift) & 0xFFFF]++] = src[i];
+        uint32_t *t = src;
+        src = dst;
+        dst = t;
+    }
+    /* two passes: the result is back in v */
+    free(tmp);
+    free(count);
+    return BS_OK;
+}
+
+/* -- one merge's neighbours -------------------------------------------------------------------- */
+/* Side entries are numbered below RIGHT_SIDE (a Pending marks its side in the top bit). */
+static uint32_t side_limit(void) { return bs_limit32 < RIGHT_SIDE - 1 ? bs_limit32 : RIGHT_SIDE - 1; }
+
+static int side_reset(Side *sd) {
+    if (!sd->slot_entry) {
+        sd->mask = 255;
+        sd->slot_entry = (uint32_t *)malloc(256 * sizeof(uint32_t));
+        sd->slot_gen = (uint32_t *)calloc(256, sizeof(uint32_t));
+        if (!sd->slot_entry || !sd->slot_gen) return BS_NO_MEMORY;
+    }
+    sd->n = 0;
+    if (++sd->gen == 0) { /* wrapped: forget every slot */
+        memset(sd->slot_gen, 0, ((size_t)sd->mask + 1) * sizeof(uint32_t));
+        sd->gen = 1;
+    }
+    return BS_OK;
+}
+
+static int side_grow(Side *sd) {
+    uint64_t size = ((uint64_t)sd->mask + 1) * 2;
+    if (size > ((uint64_t)1 << 32)) return BS_TOO_LARGE; /* slots are found by a uint32 mask */
+    uint32_t *se = (uint32_t *)bs_realloc_n(NULL, size, sizeof(uint32_t));
+    uint32_t *sg = (uint32_t *)calloc((size_t)size, sizeof(uint32_t));
+    if (!se || !sg) { free(se); free(sg); return BS_NO_MEMORY; }
+    free(sd->slot_entry);
+    free(sd->slot_gen);
+    sd->slot_entry = se;
+    sd->slot_gen = sg;
+    sd->mask = (uint32_t)(size - 1);
+    sd->gen = 1;
+    for (uint32_t e = 0; e < sd->n; e++) {
+        uint32_t h = (uint32_t)hash64(sd->entries[e].key) & sd->mask;
+        while (sd->slot_gen[h] == sd->gen) h = (h + 1) & sd->mask;
+        sd->slot_gen[h] = sd->gen;
+        sd->slot_entry[h] = e;
+    }
+    return BS_OK;
+}
+
+/* The index of neighbour `key`'s entry in *out (created empty). */
+static inline int side_entry(Side *sd, uint32_t key, uint32_t *out) {
+    uint32_t h = (uint32_t)hash64(key) & sd->mask;
+    while (sd->slot_gen[h] == sd->gen) {
+        uint32_t e = sd->slot_entry[h];
+        if (sd->entries[e].key == key) { *out = e; return BS_OK; }
+        h = (h + 1) & sd->mask;
+    }
+    if (((uint64_t)sd->n + 1) * 2 > (uint64_t)sd->mask + 1) {
+        int rc = side_grow(sd);
+        if (rc) return rc;
+        h = (uint32_t)hash64(key) & sd->mask;
+        while (sd->slot_gen[h] == sd->gen) h = (h + 1) & sd->mask;
+    }
+    BS_RESERVE_OR_RETURN(sd->entries, sd->cap, (uint64_t)sd->n + 1, 256, side_limit());
+    SideEntry *e = &sd->entries[sd->n];
+    e->key = key;
+    e->r_old = e->r_new = BS_NONE;
+    e->n_pos = 0;
+    e->delta = 0;
+    sd->slot_gen[h] = sd->gen;
+    sd->slot_entry[h] = sd->n;
+    *out = sd->n++;
+    return BS_OK;
+}
+
+static inline int pend_push(MergeLoop *m, uint32_t entry, uint32_t pos) {
+    BS_RESERVE_OR_RETURN(m->pend, m->cap_pend, m->n_pend + 1, 4096, BS_LIMIT64(m->pend));
+    m->pend[m->n_pend].entry = entry;
+    m->pend[m->n_pend].pos = pos;
+    m->n_pend++;
+    return BS_OK;
+}
+
+/* One neighbour occurrence: symbol `sym` next to the merged pair, whose gaining pair
+ * receives position `pos` (`flag`: RIGHT_SIDE or 0). */
+static inline int side_add(MergeLoop *m, Side *sd, uint32_t sym, uint32_t pos, uint32_t flag, int64_t f) {
+    uint32_t e;
+    int rc = side_entry(sd, sym, &e);
+    if (!rc) rc = pend_push(m, e | flag, pos);
+    if (rc) return rc;
+    sd->entries[e].delta += f;
+    sd->entries[e].n_pos++;
+    return BS_OK;
+}
+
+static inline uint64_t side_pair(uint32_t sym, uint32_t other, int right) {
+    return right ? pair_key(other, sym) : pair_key(sym, other);
+}
+
+/* Resolves the pair records of every side entry (prefetching the table slots a few
+ * entries ahead), reserves room in the gaining pairs' position lists, then appends the
+ * pending positions. */
+static int resolve_sides(MergeLoop *m, uint32_t a, uint32_t b, uint32_t z) {
+    PairSet *ps = &m->ps;
+    Side *sides[2] = {&m->left, &m->right};
+    for (int side = 0; side < 2; side++) {
+        Side *sd = sides[side];
+        uint32_t lost = side ? b : a; /* (s, a) on the left, (b, s) on the right */
+        for (uint32_t e = 0; e < sd->n; e++) {
+            if (e + 8 < sd->n) {
+                uint32_t k = sd->entries[e + 8].key;
+                __builtin_prefetch(&ps->table[hash64(side_pair(k, lost, side)) & ps->table_mask], 0, 1);
+                __builtin_prefetch(&ps->table[hash64(side_pair(k, z, side)) & ps->table_mask], 0, 1);
+            }
+            SideEntry *en = &sd->entries[e];
+            int rc = pair_get(ps, side_pair(en->key, lost, side), &en->r_old);
+            if (!rc) rc = pair_get(ps, side_pair(en->key, z, side), &en->r_new);
+            if (rc) return rc;
+            /* Exact room: a pair with z gains positions only in this merge.  (One record can
+             * be the gaining pair of two entries, (z, z) on both sides, hence len += n_pos.) */
+            PairRec *p = &ps->recs[en->r_new];
+            uint64_t need = (uint64_t)p->n_occ + en->n_pos;
+            en->at = p->n_occ;
+            if ((rc = occ_resize(p, need, need))) return rc;
+        }
+    }
+    for (uint64_t k = 0; k < m->n_pend; k++) {
+        Pending p = m->pend[k];
+        SideEntry *en = (p.entry & RIGHT_SIDE) ? &m->right.entries[p.entry & ~RIGHT_SIDE] : &m->left.entries[p.entry];
+        occ_items(&ps->recs[en->r_new])[en->at++] = p.pos;
+    }
+    m->n_pend = 0;
+    return BS_OK;
+}
+
+/* Applies the count changes of the merge's neighbours; m->born receives the records of
+ * the pairs with z that gained occurrences. */
+static int apply_sides(MergeLoop *m) {
+    PairSet *ps = &m->ps;
+    BS_RESERVE_OR_RETURN(m->born, m->cap_born, (uint64_t)m->left.n + m->right.n + 1, 64, bs_limit32);
+    m->n_born = 0;
+    Side *sides[2] = {&m->left, &m->right};
+    for (int side = 0; side < 2; side++) {
+        for (uint32_t e = 0; e < sides[side]->n; e++) {
+            SideEntry *en = &sides[side]->entries[e];
+            ps->recs[en->r_old].count -= en->delta;
+            ps->recs[en->r_new].count += en->delta;
+            if (en->delta) m->born[m->n_born++] = en->r_new;
+        }
+    }
+    return BS_OK;
+}
+
+/* Applies the merge of record `r` = (a, b) as token z. */
+static int apply_merge(MergeLoop *m, uint32_t r, uint32_t z) {
+    PairSet *ps = &m->ps;
+    uint64_t key = ps->recs[r].key;
+    uint32_t a = pair_left(key), b = pair_right(key);
+    OccList occ;
+    occ_take(&ps->recs[r], &occ);
+    int rc = BS_OK;
+    /* Within a word, occurrences of (a, a) overlap and must go left to right; those of
+     * (a, b) with a != b cannot overlap, and their order changes no count (sorting them
+     * all was measured slower: the lists are mostly in order already). */
+    if (occ.len > 1 && a == b && (rc = sort_positions(occ.items, occ.len))) goto fail;
+    if ((rc = side_reset(&m->left)) || (rc = side_reset(&m->right))) goto fail;
+    Node *nd = m->nodes;
+    m->visits += occ.len;
+    for (uint32_t k = 0; k < occ.len; k++) {
+        if (k + PREFETCH_AHEAD < occ.len) __builtin_prefetch(&nd[occ.items[k + PREFETCH_AHEAD]], 1, 1);
+        uint32_t i = occ.items[k];
+        if (nd[i].sym != a) continue; /* stale, or a duplicate already merged (z != a) */
+        uint32_t j = nd[i].next;
+        if (j == BS_NONE || nd[j].sym != b) continue;
+        m->merged++;
+        uint32_t wf = nd[i].wfreq;
+        int64_t f = (wf & BIG_FREQ) ? m->freq[wf & ~BIG_FREQ] : (int64_t)wf;
+        uint32_t x = nd[i].prev, y = nd[j].next;
+        if (x != BS_NONE && (rc = side_add(m, &m->left, nd[x].sym, x, 0, f))) goto fail;
+        if (y != BS_NONE && (rc = side_add(m, &m->right, nd[y].sym, i, RIGHT_SIDE, f))) goto fail;
+        nd[i].sym = z;
+        nd[j].sym = BS_DEAD;
+        nd[i].next = y;
+        if (y != BS_NONE) nd[y].prev = i;
+    }
+    occ_release(&occ);
+    if ((rc = resolve_sides(m, a, b, z)) || (rc = apply_sides(m))) {
+        m->n_pend = 0;
+        return rc;
+    }
+    ps->recs[r].count = 0;
+    return BS_OK;
+fail:
+    occ_release(&occ);
+    m->n_pend = 0;
+    return rc;
+}
+
+int merge_loop_step(MergeLoop *m, int64_t min_count, const uint32_t *forced, uint32_t *left, uint32_t *right,
+                    int64_t *count) {
+    PairSet *ps = &m->ps;
+    uint32_t r;
+    int64_t c;
+    int rc;
+    if (forced) {
+        if (forced[0] >= ps->n_tokens || forced[1] >= ps->n_tokens) return BS_UNKNOWN_SYMBOL;
+        if ((rc = pair_get(ps, pair_key(forced[0], forced[1]), &r))) return rc;
+        c = ps->recs[r].count;
+    } else {
+        rc = pairs_pop_best(ps, min_count, &r, &c);
+        if (rc <= 0) return rc;
+    }
+    uint64_t key = ps->recs[r].key;
+    uint32_t z = ps->n_tokens;
+    if ((rc = pairs_add_merged_token(ps, pair_left(key), pair_right(key)))) return rc;
+    if ((rc = apply_merge(m, r, z))) return rc;
+    m->merges++;
+    /* push each pair born in this merge once, with its final count */
+    if ((rc = pairs_offer_born(ps, m->born, m->n_born, (uint32_t)m->merges))) return rc;
+    *left = pair_left(key);
+    *right = pair_right(key);
+    *count = c;
+    return 1;
+}

@@ -1,0 +1,841 @@
+/*
+ * module.c: the extension bpe_stream._fastbpe -- the only file here that includes Python.h.
+ *
+ * It parses the arguments (keywords allowed everywhere), turns Python objects into the
+ * plain buffers the algorithms take, their results back into objects, and their statuses
+ * (common.h) into exceptions: BS_NO_MEMORY -> MemoryError, BS_TOO_LARGE -> OverflowError
+ * (the Python callers word it as their own "too large" error), BS_OUT_OF_ORDER ->
+ * RuntimeError, the rest -> ValueError.  The algorithms:
+ *
+ *   common.{h,c}      sentinels, statuses, the hash, checked growth (bs_limit32)
+ *   layout.h          the tie-break rules and the sequence table's rows, shared with Python
+ *   pairs.{h,c}       pair records, pair table, heap with the tie-break, cold list
+ *   merge_loop.{h,c}  the in-memory merge loop                      -> train()
+ *   pair_index.{h,c}  the disk path's pair index                     -> PairIndex
+ *   encoder.{h,c}     rank-ordered BPE of one pretoken               -> Encoder
+ *   scan.{h,c}        the named pretokenizers over UTF-8 bytes       -> scan()
+ *                     (character classes in unicode_tables.h, generated from regex)
+ *   counttable.{h,c}  pretoken bytes -> 64-bit counts, scan + count   -> CountTable
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <time.h>
+
+#include "common.h"
+#include "encoder.h"
+#include "layout.h"
+#include "merge_loop.h"
+#include "pair_index.h"
+#include "counttable.h"
+#include "scan.h"
+
+/* NULL, with the exception of an algorithm's status set. */
+static PyObject *raise_status(int status) {
+    const char *text = bs_status_text(status);
+    switch (status) {
+    case BS_NO_MEMORY: return PyErr_NoMemory();
+    case BS_TOO_LARGE: PyErr_SetString(PyExc_OverflowError, text); break;
+    case BS_OUT_OF_ORDER: PyErr_SetString(PyExc_RuntimeError, text); break;
+    default: PyErr_SetString(PyExc_ValueError, text); break;
+    }
+    return NULL;
+}
+
+/* The number of a tie-break rule from its name, or -1 with ValueError set. */
+static int tie_break_number(const char *name) {
+    for (int rule = 0; rule < TB_COUNT; rule++)
+        if (!strcmp(name, bs_tie_break_name(rule))) return rule;
+    PyErr_Format(PyExc_ValueError, "unknown tie-break '%s'", name);
+    return -1;
+}
+
+/* Adds each bytes object of the list `tokens` with add(target, ...); -1 with an exception. */
+static int add_tokens(PyObject *tokens, int (*add)(void *, const uint8_t *, size_t), void *target) {
+    for (Py_ssize_t t = 0; t < PyList_GET_SIZE(tokens); t++) {
+        PyObject *item = PyList_GET_ITEM(tokens, t);
+        if (!PyBytes_Check(item)) {
+            PyErr_SetString(PyExc_TypeError, "tokens must be bytes");
+            return -1;
+        }
+        int rc = add(target, (const uint8_t *)PyBytes_AS_STRING(item), (size_t)PyBytes_GET_SIZE(item));
+        if (rc) { raise_status(rc); return -1; }
+    }
+    return 0;
+}
+
+static int add_loop_token(void *m, const uint8_t *data, size_t len) { return merge_loop_add_token(m, data, len); }
+static int add_index_token(void *pi, const uint8_t *data, size_t len) { return pair_index_add_token(pi, data, len); }
+
+/* A token id from Python; ids beyond 32 bits become BS_NONE, which no token has. */
+static uint32_t token_id(unsigned long long v) { return v >= BS_NONE ? BS_NONE : (uint32_t)v; }
+
+/* -- train ------------------------------------------------------------------------------ */
+/* BPE_STREAM_DEBUG=1: the loop's two phases timed and its visits counted, on stderr. */
+static double now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec + t.tv_nsec * 1e-9;
+}
+
+static const char *TRAIN_DOC =
+    "train(words, width, tokens, max_merges, min_count, tie_break, forced, callback, every)\n"
+    "--\n\n"
+    "words: a list [symbols, word_ends, freqs], emptied as soon as the loop holds its own copy\n"
+    "(so that, given the only references, their memory is freed before the merges): symbols,\n"
+    "all words' symbols, word after word, `width` bytes each (1: a bytearray of byte\n"
+    "symbols, 4: array('I')); word_ends: array('Q') of each word's end offset; freqs:\n"
+    "array('q') of word frequencies; tokens: list of bytes, the token bytes of ids\n"
+    "0..len(tokens)-1 (new ids follow); tie_break: a name of TIE_BREAKS; forced: list of\n"
+    "(left, right) merges to apply first, in order (resume); callback(list of (left, right,\n"
+    "count)) is called every `every` merges and at the end.  Returns the number of merges done.";
+
+/* Reads the three buffers of `words`; -1 with an exception (the buffers then released). */
+static int get_word_buffers(PyObject *words, Py_buffer bufs[3]) {
+    if (PyList_GET_SIZE(words) != 3) {
+        PyErr_SetString(PyExc_ValueError, "words must be [symbols, word_ends, freqs]");
+        return -1;
+    }
+    for (int k = 0; k < 3; k++) {
+        if (PyObject_GetBuffer(PyList_GET_ITEM(words, k), &bufs[k], PyBUF_SIMPLE) < 0) {
+            while (k--) PyBuffer_Release(&bufs[k]);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* Runs the merges after the load: calls back every `every` merges; the number done, or -1. */
+static long long run_merges(MergeLoop *m, long long max_merges, long long min_count, PyObject *forced,
+                            PyObject *callback, Py_ssize_t every) {
+    long long done_merges = 0;
+    Py_ssize_t n_forced = PyList_GET_SIZE(forced);
+    PyObject *chunk = PyList_New(0);
+    if (!chunk) return -1;
+    while (done_merges < max_merges) {
+        uint32_t pair[2], a, b;
+        int64_t count;
+        if (done_merges < n_forced) {
+            unsigned long long left, right;
+            if (!PyArg_ParseTuple(PyList_GET_ITEM(forced, done_merges), "KK", &left, &right)) goto fail;
+            pair[0] = token_id(left);
+            pair[1] = token_id(right);
+        }
+        int got = merge_loop_step(m, min_count, done_merges < n_forced ? pair : NULL, &a, &b, &count);
+        if (got < 0) { raise_status(got); goto fail; }
+        if (!got) break;
+        PyObject *merge = Py_BuildValue("(IIL)", a, b, (long long)count);
+        if (!merge || PyList_Append(chunk, merge) < 0) { Py_XDECREF(merge); goto fail; }
+        Py_DECREF(merge);
+        done_merges++;
+        if (done_merges % every == 0) {
+            PyObject *rv = PyObject_CallFunctionObjArgs(callback, chunk, NULL);
+            if (!rv) goto fail;
+            Py_DECREF(rv);
+            Py_SETREF(chunk, PyList_New(0));
+            if (!chunk || PyErr_CheckSignals() < 0) goto fail;
+        }
+    }
+    if (PyList_GET_SIZE(chunk)) {
+        PyObject *rv = PyObject_CallFunctionObjArgs(callback, chunk, NULL);
+        if (!rv) goto fail;
+        Py_DECREF(rv);
+    }
+    Py_DECREF(chunk);
+    return done_merges;
+fail:
+    Py_XDECREF(chunk);
+    return -1;
+}
+
+static PyObject *train(PyObject *self, PyObject *args, PyObject *kwds) {
+    static char *kwlist[] = {"words", "width", "tokens", "max_merges", "min_count", "tie_break", "forced",
+                             "callback", "every", NULL};
+    PyObject *words, *tokens, *forced, *callback;
+    long long max_merges, min_count;
+    const char *tie_name;
+    int width;
+    Py_ssize_t every;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!iO!LLsO!On", kwlist, &PyList_Type, &words, &width,
+                                     &PyList_Type, &tokens, &max_merges, &min_count, &tie_name, &PyList_Type,
+                                     &forced, &callback, &every))
+        return NULL;
+    int rule = tie_break_number(tie_name);
+    if (rule < 0) return NULL;
+    if (width != 1 && width != 4) {
+        PyErr_SetString(PyExc_ValueError, "width must be 1 or 4");
+        return NULL;
+    }
+    Py_buffer bufs[3]; /* symbols, word_ends, freqs */
+    if (get_word_buffers(words, bufs) < 0) return NULL;
+    int held = 1, rc;
+    PyObject *result = NULL;
+    MergeLoop *m = merge_loop_new(rule, &rc);
+    if (!m) { raise_status(rc); goto done; }
+    uint64_t n_pos = (uint64_t)bufs[0].len / (uint64_t)width;
+    uint64_t n_words = (uint64_t)bufs[1].len / sizeof(uint64_t);
+    if ((uint64_t)bufs[0].len % (uint64_t)width || (uint64_t)bufs[2].len / sizeof(int64_t) != n_words) {
+        PyErr_SetString(PyExc_ValueError, "symbols, word_ends and freqs disagree");
+        goto done;
+    }
+    double t0 = now();
+    if (add_tokens(tokens, add_loop_token, m) < 0) goto done;
+    rc = merge_loop_load(m, bufs[0].buf, width, n_pos, (const uint64_t *)bufs[1].buf, (const int64_t *)bufs[2].buf,
+                         n_words);
+    if (rc) { raise_status(rc); goto done; }
+    /* The input is copied into the loop: let it go before the merges grow the tables. */
+    for (int k = 0; k < 3; k++) PyBuffer_Release(&bufs[k]);
+    held = 0;
+    if (PyList_SetSlice(words, 0, PyList_GET_SIZE(words), NULL) < 0) goto done;
+    double t1 = now();
+    if ((rc = merge_loop_start(m))) { raise_status(rc); goto done; }
+    long long n_done = run_merges(m, max_merges, min_count, forced, callback, every < 1 ? 1 : every);
+    if (n_done < 0) goto done;
+    result = PyLong_FromLongLong(n_done);
+    if (getenv("BPE_STREAM_DEBUG")) {
+        MergeLoopStats st;
+        merge_loop_stats(m, &st);
+        fprintf(stderr,
+                "merge loop: init %.3f s, merges %.3f s, %llu occurrences visited, %llu merged, %u pairs, heap %llu\n",
+                t1 - t0, now() - t1, (unsigned long long)st.visits, (unsigned long long)st.merged, st.pairs,
+                (unsigned long long)st.heap);
+    }
+done:
+    merge_loop_free(m);
+    if (held)
+        for (int k = 0; k < 3; k++) PyBuffer_Release(&bufs[k]);
+    return result;
+}
+
+/* -- PairIndex -------------------------------------------------------------------------- */
+typedef struct {
+    PyObject_HEAD
+    PairIndex *pi;
+} PairIndexObject;
+
+static void PairIndex_dealloc(PairIndexObject *self) {
+    pair_index_free(self->pi);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static int PairIndex_init(PairIndexObject *self, PyObject *args, PyObject *kwds) {
+    static char *kwlist[] = {"tokens", "tie_break", NULL};
+    PyObject *tokens;
+    const char *tie_name;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!s", kwlist, &PyList_Type, &tokens, &tie_name)) return -1;
+    int rule = tie_break_number(tie_name), rc;
+    if (rule < 0) return -1;
+    pair_index_free(self->pi);
+    self->pi = pair_index_new(rule, &rc);
+    if (!self->pi) { raise_status(rc); return -1; }
+    return add_tokens(tokens, add_index_token, self->pi);
+}
+
+/* The index, or NULL with an exception when __init__ did not make one. */
+static PairIndex *index_of(PairIndexObject *self) {
+    if (!self->pi) PyErr_SetString(PyExc_RuntimeError, "PairIndex.__init__ was not called");
+    return self->pi;
+}
+
+static PyObject *PairIndex_add_word(PairIndexObject *self, PyObject *args, PyObject *kwds) {
+    static char *kwlist[] = {"word_id", "freq", "symbols", NULL};
+    unsigned int wid;
+    long long freq;
+    Py_buffer seq;
+    PairIndex *pi = index_of(self);
+    if (!pi || !PyArg_ParseTupleAndKeywords(args, kwds, "ILy*", kwlist, &wid, &freq, &seq)) return NULL;
+    int rc = pair_index_add_word(pi, wid, freq, (const uint8_t *)seq.buf, (size_t)seq.len / BS_SEQ_SYMBOL_BYTES);
+    PyBuffer_Release(&seq);
+    if (rc) return raise_status(rc);
+    Py_RETURN_NONE;
+}
+
+static PyObject *PairIndex_build_heap(PairIndexObject *self, PyObject *noargs) {
+    PairIndex *pi = index_of(self);
+    if (!pi) return NULL;
+    int rc = pair_index_build_heap(pi);
+    if (rc) return raise_status(rc);
+    Py_RETURN_NONE;
+}
+
+static PyObject *PairIndex_pop_best(PairIndexObject *self, PyObject *args, PyObject *kwds) {
+    static char *kwlist[] = {"min_count", NULL};
+    long long min_count;
+    PairIndex *pi = index_of(self);
+    if (!pi || !PyArg_ParseTupleAndKeywords(args, kwds, "L", kwlist, &min_count)) return NULL;
+    uint32_t a, b;
+    int64_t count;
+    int got = pair_index_pop_best(pi, min_count, &a, &b, &count);
+    if (got < 0) return raise_status(got);
+    if (!got) Py_RETURN_NONE;
+    return Py_BuildValue("(IIL)", a, b, (long long)count);
+}
+
+/* Parses (left, right) token ids. */
+static int parse_pair(PyObject *args, PyObject *kwds, uint32_t *a, uint32_t *b) {
+    static char *kwlist[] = {"left", "right", NULL};
+    unsigned long long left, right;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "KK", kwlist, &left, &right)) return -1;
+    *a = token_id(left);
+    *b = token_id(right);
+    return 0;
+}
+
+static PyObject *PairIndex_count(PairIndexObject *self, PyObject *args, PyObject *kwds) {
+    uint32_t a, b;
+    PairIndex *pi = index_of(self);
+    if (!pi || parse_pair(args, kwds, &a, &b) < 0) return NULL;
+    return PyLong_FromLongLong(pair_index_count(pi, a, b));
+}
+
+/* Packed in one bytes object (a frequent pair may name millions of words, and one object
+ * a key would cost ten times the memory). */
+static PyObject *PairIndex_take_words(PairIndexObject *self, PyObject *args, PyObject *kwds) {
+    uint32_t a, b;
+    PairIndex *pi = index_of(self);
+    if (!pi || parse_pair(args, kwds, &a, &b) < 0) return NULL;
+    OccList words;
+    int rc = pair_index_take_words(pi, a, b, &words);
+    if (rc) return raise_status(rc);
+    PyObject *out = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)words.len * BS_SEQ_KEY_BYTES);
+    if (out) {
+        uint8_t *o = (uint8_t *)PyBytes_AS_STRING(out);
+        for (uint32_t k = 0; k < words.len; k++) bs_seq_put_key(o + (size_t)BS_SEQ_KEY_BYTES * k, words.items[k]);
+    }
+    occ_release(&words);
+    return out;
+}
+
+static PyObject *PairIndex_begin_merge(PairIndexObject *self, PyObject *args, PyObject *kwds) {
+    uint32_t a, b, z;
+    PairIndex *pi = index_of(self);
+    if (!pi || parse_pair(args, kwds, &a, &b) < 0) return NULL;
+    int rc = pair_index_begin_merge(pi, a, b, &z);
+    if (rc) return raise_status(rc);
+    return PyLong_FromUnsignedLong(z);
+}
+
+static PyObject *PairIndex_merge_rows(PairIndexObject *self, PyObject *args, PyObject *kwds) {
+    static char *kwlist[] = {"rows", NULL};
+    PyObject *rows;
+    PairIndex *pi = index_of(self);
+    if (!pi || !PyArg_ParseTupleAndKeywords(args, kwds, "O!", kwlist, &PyList_Type, &rows)) return NULL;
+    PyObject *changed = PyList_New(0);
+    if (!changed) return NULL;
+    for (Py_ssize_t k = 0; k < PyList_GET_SIZE(rows); k++) {
+        PyObject *row = PyList_GET_ITEM(rows, k), *key, *value;
+        if (!PyTuple_Check(row) || PyTuple_GET_SIZE(row) != 2 || !PyBytes_Check(key = PyTuple_GET_ITEM(row, 0)) ||
+            !PyBytes_Check(value = PyTuple_GET_ITEM(row, 1))) {
+            PyErr_SetString(PyExc_TypeError, "rows are (key, value) bytes");
+            goto fail;
+        }
+        const uint8_t *out;
+        size_t out_len;
+        int rc = pair_index_merge_row(pi, (const uint8_t *)PyBytes_AS_STRING(key), (size_t)PyBytes_GET_SIZE(key),
+                                      (const uint8_t *)PyBytes_AS_STRING(value), (size_t)PyBytes_GET_SIZE(value),
+                                      &out, &out_len);
+        if (rc < 0) { raise_status(rc); goto fail; }
+        if (!rc) continue;
+        PyObject *nv = PyBytes_FromStringAndSize((const char *)out, (Py_ssize_t)out_len);
+        if (!nv) goto fail;
+        PyObject *t = PyTuple_Pack(2, key, nv);
+        Py_DECREF(nv);
+        if (!t || PyList_Append(changed, t) < 0) { Py_XDECREF(t); goto fail; }
+        Py_DECREF(t);
+    }
+    return changed;
+fail:
+    Py_DECREF(changed);
+    return NULL;
+}
+
+static PyObject *PairIndex_end_merge(PairIndexObject *self, PyObject *noargs) {
+    PairIndex *pi = index_of(self);
+    if (!pi) return NULL;
+    int rc = pair_index_end_merge(pi);
+    if (rc) return raise_status(rc);
+    Py_RETURN_NONE;
+}
+
+static PyObject *PairIndex_memory(PairIndexObject *self, PyObject *noargs) {
+    PairIndex *pi = index_of(self);
+    if (!pi) return NULL;
+    PairIndexMemory mem;
+    pair_index_memory(pi, &mem);
+    return Py_BuildValue("{s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K}", "pairs", (unsigned long long)mem.pairs,
+                         "signatures", (unsigned long long)mem.signatures, "cold", (unsigned long long)mem.cold,
+                         "records", (unsigned long long)mem.records, "table", (unsigned long long)mem.table,
+                         "heap", (unsigned long long)mem.heap, "heap_entries", (unsigned long long)mem.heap_entries,
+                         "word_lists", (unsigned long long)mem.word_lists);
+}
+
+#define KW (METH_VARARGS | METH_KEYWORDS)
+static PyMethodDef PairIndex_methods[] = {
+    {"add_word", (PyCFunction)(void (*)(void))PairIndex_add_word, KW,
+     "add_word(word_id, freq, symbols): index one word (symbols: uint32 little-endian, as in a row)."},
+    {"build_heap", (PyCFunction)PairIndex_build_heap, METH_NOARGS, "Call once after the last add_word."},
+    {"pop_best", (PyCFunction)(void (*)(void))PairIndex_pop_best, KW,
+     "pop_best(min_count) -> (left, right, count) or None."},
+    {"count", (PyCFunction)(void (*)(void))PairIndex_count, KW, "count(left, right) -> the pair's current count."},
+    {"take_words", (PyCFunction)(void (*)(void))PairIndex_take_words, KW,
+     "take_words(left, right) -> the keys of the words that may hold the pair, sorted, packed (SEQUENCE_ROW's key)."},
+    {"begin_merge", (PyCFunction)(void (*)(void))PairIndex_begin_merge, KW,
+     "begin_merge(left, right) -> new token id."},
+    {"merge_rows", (PyCFunction)(void (*)(void))PairIndex_merge_rows, KW,
+     "merge_rows(rows) -> [(key, value)] of the rows that changed, ready for Cursor.putmulti."},
+    {"end_merge", (PyCFunction)PairIndex_end_merge, METH_NOARGS, "Ends the merge: pushes the pairs it made."},
+    {"memory", (PyCFunction)PairIndex_memory, METH_NOARGS,
+     "Sizes of the index's parts in bytes (and counts of pairs and heap entries)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject PairIndexType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "bpe_stream._fastbpe.PairIndex",
+    .tp_basicsize = sizeof(PairIndexObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "PairIndex(tokens, tie_break): pair counts, word lists and heap of the out-of-core trainer.",
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)PairIndex_init,
+    .tp_dealloc = (destructor)PairIndex_dealloc,
+    .tp_methods = PairIndex_methods,
+};
+
+/* split_keys(packed, start, stop): the keys start..stop-1 of a packed key string
+ * (take_words' result) as a list of bytes, the form Cursor.getmulti takes. */
+static PyObject *split_keys(PyObject *self, PyObject *args, PyObject *kwds) {
+    static char *kwlist[] = {"packed", "start", "stop", NULL};
+    Py_buffer packed;
+    Py_ssize_t start, stop;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "y*nn", kwlist, &packed, &start, &stop)) return NULL;
+    Py_ssize_t n = packed.len / BS_SEQ_KEY_BYTES;
+    if (start < 0) start = 0;
+    if (stop > n) stop = n;
+    PyObject *out = PyList_New(stop > start ? stop - start : 0);
+    for (Py_ssize_t k = start; out && k < stop; k++) {
+        PyObject *key = PyBytes_FromStringAndSize((const char *)packed.buf + BS_SEQ_KEY_BYTES * k, BS_SEQ_KEY_BYTES);
+        if (!key) { Py_CLEAR(out); break; }
+        PyList_SET_ITEM(out, k - start, key);
+    }
+    PyBuffer_Release(&packed);
+    return out;
+}
+
+/* -- Encoder ------------------------------------------------------------------------------ */
+typedef struct {
+    PyObject_HEAD
+    Encoder *enc;
+    PyObject *cache; /* dict: str -> bytes (uint32 ids) */
+    Py_ssize_t cache_limit;
+} EncoderObject;
+
+static void Encoder_dealloc(EncoderObject *self) {
+    encoder_free(self->enc);
+    Py_XDECREF(self->cache);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static int Encoder_init(EncoderObject *self, PyObject *args, PyObject *kwds) {
+    static char *kwlist[] = {"merges", "byte_ids", "marker", "cache_limit", NULL};
+    PyObject *merges, *byte_ids;
+    long long marker;
+    Py_ssize_t cache_limit;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!O!Ln", kwlist, &PyList_Type, &merges, &PyList_Type, &byte_ids,
+                                     &marker, &cache_limit))
+        return -1;
+    if (PyList_GET_SIZE(byte_ids) != 256) {
+        PyErr_SetString(PyExc_ValueError, "byte_ids must have 256 entries");
+        return -1;
+    }
+    uint32_t ids[256];
+    for (int b = 0; b < 256; b++) {
+        unsigned long v = PyLong_AsUnsignedLong(PyList_GET_ITEM(byte_ids, b));
+        if (PyErr_Occurred()) return -1;
+        ids[b] = token_id(v);
+    }
+    int rc;
+    encoder_free(self->enc);
+    self->enc = encoder_new(ids, marker < 0 ? -1 : marker, (uint64_t)PyList_GET_SIZE(merges), &rc);
+    if (!self->enc) { raise_status(rc); return -1; }
+    for (Py_ssize_t r = 0; r < PyList_GET_SIZE(merges); r++) {
+        unsigned long long a, b, z;
+        if (!PyArg_ParseTuple(PyList_GET_ITEM(merges, r), "KKK", &a, &b, &z)) return -1;
+        if ((rc = encoder_add_merge(self->enc, token_id(a), token_id(b), token_id(z)))) { raise_status(rc); return -1; }
+    }
+    self->cache_limit = cache_limit;
+    Py_XSETREF(self->cache, PyDict_New());
+    return self->cache ? 0 : -1;
+}
+
+/* The ids of one pretoken as bytes (uint32, host order), new reference.  Its bytes are
+ * its UTF-8, lone surrogates back to their bytes. */
+static PyObject *encode_piece(Encoder *enc, PyObject *piece) {
+    PyObject *raw = PyUnicode_AsEncodedString(piece, "utf-8", "surrogateescape");
+    if (!raw) return NULL;
+    const uint32_t *ids;
+    size_t n_ids;
+    int rc = encoder_encode(enc, (const uint8_t *)PyBytes_AS_STRING(raw), (size_t)PyBytes_GET_SIZE(raw), &ids, &n_ids);
+    Py_DECREF(raw);
+    if (rc) return raise_status(rc);
+    return PyBytes_FromStringAndSize((const char *)ids, (Py_ssize_t)(n_ids * sizeof(uint32_t)));
+}
+
+/* encode(pieces) -> bytes: the ids (uint32, host order) of the pretokens, in order. */
+static PyObject *Encoder_encode(EncoderObject *self, PyObject *args, PyObject *kwds) {
+    static char *kwlist[] = {"pieces", NULL};
+    PyObject *pieces;
+    if (!self->enc) {
+        PyErr_SetString(PyExc_RuntimeError, "Encoder.__init__ was not called");
+        return NULL;
+    }
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!", kwlist, &PyList_Type, &pieces)) return NULL;
+    Py_ssize_t n = PyList_GET_SIZE(pieces);
+    size_t cap = (size_t)n * 2 + 16, len = 0;
+    uint32_t *buf = (uint32_t *)bs_realloc_n(NULL, cap, sizeof(uint32_t));
+    if (!buf) return PyErr_NoMemory();
+    for (Py_ssize_t k = 0; k < n; k++) {
+        PyObject *piece = PyList_GET_ITEM(pieces, k);
+        PyObject *ids = PyDict_GetItemWithError(self->cache, piece); /* borrowed */
+        if (!ids) {
+            if (PyErr_Occurred()) goto fail;
+            if (!PyUnicode_Check(piece)) { PyErr_SetString(PyExc_TypeError, "pretokens must be str"); goto fail; }
+            ids = encode_piece(self->enc, piece);
+            if (!ids) goto fail;
+            if (PyDict_GET_SIZE(self->cache) >= self->cache_limit) PyDict_Clear(self->cache);
+            if (PyDict_SetItem(self->cache, piece, ids) < 0) { Py_DECREF(ids); goto fail; }
+            Py_DECREF(ids); /* the cache holds it */
+        }
+        size_t m = (size_t)PyBytes_GET_SIZE(ids) / sizeof(uint32_t);
+        if (len + m > cap) {
+            while (len + m > cap) cap *= 2;
+            uint32_t *d = (uint32_t *)bs_realloc_n(buf, cap, sizeof(uint32_t));
+            if (!d) { PyErr_NoMemory(); goto fail; }
+            buf = d;
+        }
+        memcpy(buf + len, PyBytes_AS_STRING(ids), m * sizeof(uint32_t));
+        len += m;
+    }
+    PyObject *out = PyBytes_FromStringAndSize((const char *)buf, (Py_ssize_t)(len * sizeof(uint32_t)));
+    free(buf);
+    return out;
+fail:
+    free(buf);
+    return NULL;
+}
+
+static PyMethodDef Encoder_methods[] = {
+    {"encode", (PyCFunction)(void (*)(void))Encoder_encode, KW, "encode(pieces) -> bytes of uint32 ids (host order)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject EncoderType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "bpe_stream._fastbpe.Encoder",
+    .tp_basicsize = sizeof(EncoderObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Encoder(merges, byte_ids, marker, cache_limit): pretokens to ids by merge rank.",
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)Encoder_init,
+    .tp_dealloc = (destructor)Encoder_dealloc,
+    .tp_methods = Encoder_methods,
+};
+
+/* -- the module ------------------------------------------------------------------------------ */
+/* _set_limit32(limit) -> the previous limit: lowers bs_limit32 (common.h) so that a test
+ * reaches the 32-bit overflow checks with small inputs.  Not for use outside tests. */
+/* -- the pretokenizer scanner (scan.c) and the pretoken count table (counttable.c) -------- */
+
+#define SPAN_BATCH 1024 /* spans per bs_scan call, on the stack */
+
+/* Parses the keyword arguments (data, pattern): a buffer, to be released, and a
+ * bs_scan_pattern.  0 (an exception set, nothing to release) when they do not parse. */
+static int data_and_pattern(PyObject *args, PyObject *kwargs, const char *format, Py_buffer *buf, int *pattern) {
+    static char *keywords[] = {"data", "pattern", NULL};
+    const char *name;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, format, keywords, buf, &name)) return 0;
+    if ((*pattern = bs_scan_pattern_by_name(name)) == BS_SCAN_EPATTERN) {
+        PyErr_Format(PyExc_ValueError, "no native scanner for the pretokenizer '%s'", name);
+        PyBuffer_Release(buf);
+        return 0;
+    }
+    return 1;
+}
+
+PyDoc_STRVAR(scan_doc,
+             "scan(data, pattern) -> list of bytes\n\n"
+             "The pretokens of the bytes-like ``data`` for the named pattern (gpt2, cl100k, o200k,\n"
+             "whitespace, words, none): exactly ``regex.findall`` on\n"
+             "``data.decode('utf-8', 'surrogateescape')``, each match encoded back the same way.");
+
+static PyObject *py_scan(PyObject *self, PyObject *args, PyObject *kwargs) {
+    Py_buffer buf;
+    int pattern;
+    if (!data_and_pattern(args, kwargs, "y*s:scan", &buf, &pattern)) return NULL;
+    PyObject *result = NULL, *list = PyList_New(0);
+    if (!list) goto done;
+    bs_span spans[SPAN_BATCH];
+    const uint8_t *data = buf.buf;
+    size_t pos = 0;
+    ptrdiff_t got;
+    while ((got = bs_scan(pattern, data, (size_t)buf.len, &pos, spans, SPAN_BATCH)) > 0) {
+        for (ptrdiff_t i = 0; i < got; i++) {
+            PyObject *piece = PyBytes_FromStringAndSize((const char *)data + spans[i].start,
+                                                        (Py_ssize_t)(spans[i].end - spans[i].start));
+            if (!piece || PyList_Append(list, piece) < 0) {
+                Py_XDECREF(piece);
+                goto done;
+            }
+            Py_DECREF(piece);
+        }
+    }
+    result = list;
+    list = NULL;
+done:
+    Py_XDECREF(list);
+    PyBuffer_Release(&buf);
+    return result;
+}
+
+/* -- CountTable ---------------------------------------------------------------------- */
+
+typedef struct {
+    PyObject_HEAD
+    bs_counttable *table; /* used with the GIL held: one thread at a time */
+} CountTableObject;
+
+static PyObject *table_error(int rc) {
+    switch (rc) {
+    case BS_CT_ENOMEM: return PyErr_NoMemory();
+    case BS_CT_ELIMIT:
+        PyErr_SetString(PyExc_OverflowError, "count table limit: a pretoken over 4 GiB, 2**32-1 distinct "
+                                             "pretokens, or counts over 2**64-1");
+        return NULL;
+    case BS_CT_EPACKED:
+        PyErr_SetString(PyExc_ValueError, "packed counts are malformed (entries before the fault were merged)");
+        return NULL;
+    default: PyErr_Format(PyExc_SystemError, "count table error %d", rc); return NULL;
+    }
+}
+
+static PyObject *table_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
+    static char *keywords[] = {NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, ":CountTable", keywords)) return NULL;
+    CountTableObject *self = (CountTableObject *)type->tp_alloc(type, 0);
+    if (!self) return NULL;
+    if (!(self->table = bs_ct_new())) {
+        Py_DECREF(self);
+        return PyErr_NoMemory();
+    }
+    return (PyObject *)self;
+}
+
+static void table_dealloc(CountTableObject *self) {
+    bs_ct_free(self->table);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+PyDoc_STRVAR(feed_doc, "feed(data, pattern) -> int\n\n"
+                       "Counts the pretokens of the bytes-like ``data`` for the named pattern (as ``scan``)\n"
+                       "and returns how many there were.");
+
+static PyObject *table_feed(CountTableObject *self, PyObject *args, PyObject *kwargs) {
+    Py_buffer buf;
+    int pattern;
+    if (!data_and_pattern(args, kwargs, "y*s:feed", &buf, &pattern)) return NULL;
+    uint64_t counted = 0;
+    int rc = bs_ct_feed(self->table, pattern, buf.buf, (size_t)buf.len, &counted);
+    PyBuffer_Release(&buf);
+    if (rc != BS_CT_OK) return table_error(rc);
+    return PyLong_FromUnsignedLongLong(counted);
+}
+
+PyDoc_STRVAR(add_doc, "add(key, count=1)\n\nAdds ``count`` to the count of the bytes-like ``key``.");
+
+static PyObject *table_add(CountTableObject *self, PyObject *args, PyObject *kwargs) {
+    static char *keywords[] = {"key", "count", NULL};
+    Py_buffer key;
+    PyObject *count_obj = NULL;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "y*|O!:add", keywords, &key, &PyLong_Type, &count_obj)) return NULL;
+    unsigned long long count = 1;
+    if (count_obj && (count = PyLong_AsUnsignedLongLong(count_obj)) == (unsigned long long)-1 && PyErr_Occurred()) {
+        PyBuffer_Release(&key);
+        return NULL;
+    }
+    int rc = bs_ct_add(self->table, key.buf, (size_t)key.len, count);
+    PyBuffer_Release(&key);
+    if (rc != BS_CT_OK) return table_error(rc);
+    Py_RETURN_NONE;
+}
+
+PyDoc_STRVAR(merge_doc, "merge(packed)\n\nAdds the counts of a bytes-like ``packed`` (what ``pack`` gives).");
+
+static PyObject *table_merge(CountTableObject *self, PyObject *args, PyObject *kwargs) {
+    static char *keywords[] = {"packed", NULL};
+    Py_buffer buf;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "y*:merge", keywords, &buf)) return NULL;
+    int rc = bs_ct_merge_packed(self->table, buf.buf, (size_t)buf.len);
+    PyBuffer_Release(&buf);
+    if (rc != BS_CT_OK) return table_error(rc);
+    Py_RETURN_NONE;
+}
+
+PyDoc_STRVAR(pack_doc, "pack() -> bytes\n\n"
+                       "The entries, in insertion order, each as a little-endian u32 length, the pretoken's\n"
+                       "bytes and a little-endian u64 count.");
+
+static PyObject *table_pack(CountTableObject *self, PyObject *unused) {
+    size_t size = bs_ct_packed_size(self->table);
+    if (size > PY_SSIZE_T_MAX) return PyErr_NoMemory();
+    PyObject *out = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)size);
+    if (out) bs_ct_pack(self->table, (uint8_t *)PyBytes_AS_STRING(out));
+    return out;
+}
+
+PyDoc_STRVAR(to_dict_doc, "to_dict() -> dict\n\nThe counts as a dict of bytes -> int, in insertion order.");
+
+static PyObject *table_to_dict(CountTableObject *self, PyObject *unused) {
+    PyObject *dict = PyDict_New();
+    size_t n = bs_ct_len(self->table);
+    for (size_t i = 0; dict && i < n; i++) {
+        const uint8_t *key;
+        size_t len;
+        uint64_t count;
+        bs_ct_entry(self->table, i, &key, &len, &count);
+        PyObject *k = PyBytes_FromStringAndSize((const char *)key, (Py_ssize_t)len);
+        PyObject *v = k ? PyLong_FromUnsignedLongLong(count) : NULL;
+        if (!v || PyDict_SetItem(dict, k, v) < 0) Py_CLEAR(dict);
+        Py_XDECREF(k);
+        Py_XDECREF(v);
+    }
+    return dict;
+}
+
+static PyObject *table_clear(CountTableObject *self, PyObject *unused) {
+    bs_ct_clear(self->table);
+    Py_RETURN_NONE;
+}
+
+static Py_ssize_t table_len(CountTableObject *self) { return (Py_ssize_t)bs_ct_len(self->table); }
+
+static PyObject *table_total(CountTableObject *self, void *unused) {
+    return PyLong_FromUnsignedLongLong(bs_ct_total(self->table));
+}
+
+static PyMethodDef table_methods[] = {
+    {"feed", (PyCFunction)(void (*)(void))table_feed, METH_VARARGS | METH_KEYWORDS, feed_doc},
+    {"add", (PyCFunction)(void (*)(void))table_add, METH_VARARGS | METH_KEYWORDS, add_doc},
+    {"merge", (PyCFunction)(void (*)(void))table_merge, METH_VARARGS | METH_KEYWORDS, merge_doc},
+    {"pack", (PyCFunction)table_pack, METH_NOARGS, pack_doc},
+    {"to_dict", (PyCFunction)table_to_dict, METH_NOARGS, to_dict_doc},
+    {"clear", (PyCFunction)table_clear, METH_NOARGS, "clear()\n\nRemoves every entry."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef table_getset[] = {
+    {"total", (getter)table_total, NULL, "The sum of the counts.", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PySequenceMethods table_as_sequence = {.sq_length = (lenfunc)table_len};
+
+static PyTypeObject CountTableType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "bpe_stream._fastbpe.CountTable",
+    .tp_doc = "CountTable()\n\nPretoken bytes -> 64-bit counts in native memory (len(): distinct pretokens).",
+    .tp_basicsize = sizeof(CountTableObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_new = table_new,
+    .tp_dealloc = (destructor)table_dealloc,
+    .tp_methods = table_methods,
+    .tp_getset = table_getset,
+    .tp_as_sequence = &table_as_sequence,
+};
+
+static PyObject *set_limit32(PyObject *self, PyObject *args, PyObject *kwds) {
+    static char *kwlist[] = {"limit", NULL};
+    unsigned long long limit;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "K", kwlist, &limit)) return NULL;
+    if (limit < 1 || limit > BS_NONE - 1) {
+        PyErr_Format(PyExc_ValueError, "the limit must be 1 to %u", BS_NONE - 1);
+        return NULL;
+    }
+    uint32_t previous = bs_limit32;
+    bs_limit32 = (uint32_t)limit;
+    return PyLong_FromUnsignedLong(previous);
+}
+
+static PyMethodDef methods[] = {
+    {"train", (PyCFunction)(void (*)(void))train, KW, NULL},
+    {"split_keys", (PyCFunction)(void (*)(void))split_keys, KW,
+     "split_keys(packed, start, stop) -> list of keys (SEQUENCE_ROW's key)."},
+    {"scan", (PyCFunction)(void (*)(void))py_scan, KW, scan_doc},
+    {"_set_limit32", (PyCFunction)(void (*)(void))set_limit32, KW,
+     "_set_limit32(limit) -> previous: the most items of an array counted in 32 bits (tests only)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_fastbpe",
+                                    "The BPE merge loop, pair index, encoder, pretokenizer scanner and count table in C.", -1, methods};
+
+/* TIE_BREAKS: the rules' names in the order of their numbers; SEQUENCE_ROW: the sequence
+ * table's fields as (name, bytes, byte order) -- both from layout.h. */
+static int add_layout(PyObject *m) {
+#define BS_TB_NAME_(id, name) name,
+    static const char *rules[] = {BS_TIE_BREAKS(BS_TB_NAME_)};
+#undef BS_TB_NAME_
+    PyObject *names = PyTuple_New(TB_COUNT);
+    if (!names) return -1;
+    for (int k = 0; k < TB_COUNT; k++) {
+        PyObject *s = PyUnicode_FromString(rules[k]);
+        if (!s) { Py_DECREF(names); return -1; }
+        PyTuple_SET_ITEM(names, k, s);
+    }
+    if (PyModule_AddObject(m, "TIE_BREAKS", names) < 0) { Py_DECREF(names); return -1; }
+#define BS_FIELD_(name, size, order) "(sis)"
+#define BS_FIELD_ARGS_(name, size, order) , name, (int)(size), order
+    PyObject *row = Py_BuildValue("(" BS_SEQUENCE_ROW(BS_FIELD_) ")" BS_SEQUENCE_ROW(BS_FIELD_ARGS_));
+#undef BS_FIELD_
+#undef BS_FIELD_ARGS_
+    if (!row) return -1;
+    if (PyModule_AddObject(m, "SEQUENCE_ROW", row) < 0) { Py_DECREF(row); return -1; }
+    return 0;
+}
+
+/* PATTERNS: the scanner's pattern names in the order of their numbers; REGEX_VERSION and
+ * UNICODE_VERSION: what unicode_tables.h was generated from (tools/gen_unicode_tables.py). */
+static int add_scan_constants(PyObject *m) {
+    PyObject *names = PyTuple_New(BS_SCAN_N_PATTERNS);
+    if (!names) return -1;
+    for (int i = 0; i < BS_SCAN_N_PATTERNS; i++) {
+        PyObject *name = PyUnicode_FromString(bs_scan_pattern_name(i));
+        if (!name) { Py_DECREF(names); return -1; }
+        PyTuple_SET_ITEM(names, i, name);
+    }
+    if (PyModule_AddObject(m, "PATTERNS", names) < 0) { Py_DECREF(names); return -1; }
+    if (PyModule_AddStringConstant(m, "REGEX_VERSION", bs_scan_regex_version()) < 0 ||
+        PyModule_AddStringConstant(m, "UNICODE_VERSION", bs_scan_unicode_version()) < 0)
+        return -1;
+    return 0;
+}
+
+static int add_type(PyObject *m, const char *name, PyTypeObject *type) {
+    Py_INCREF(type);
+    if (PyModule_AddObject(m, name, (PyObject *)type) < 0) {
+        Py_DECREF(type);
+        return -1;
+    }
+    return 0;
+}
+
+PyMODINIT_FUNC PyInit__fastbpe(void) {
+    methods[0].ml_doc = TRAIN_DOC;
+    if (PyType_Ready(&PairIndexType) < 0 || PyType_Ready(&EncoderType) < 0 || PyType_Ready(&CountTableType) < 0)
+        return NULL;
+    PyObject *m = PyModule_Create(&module);
+    if (!m) return NULL;
+    if (add_type(m, "PairIndex", &PairIndexType) < 0 || add_type(m, "Encoder", &EncoderType) < 0 ||
+        add_type(m, "CountTable", &CountTableType) < 0 || add_layout(m) < 0 || add_scan_constants(m) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

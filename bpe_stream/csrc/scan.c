@@ -1,0 +1,317 @@
+/*
+ * scan.c -- the native pretokenizer scanner (see scan.h): regex.findall's matches of the
+ * named patterns, found on UTF-8 bytes without a regex engine.
+ *
+ * Each pattern is a small hand-written matcher that answers, for a start position p, where
+ * the pattern's match at p ends (p itself: no match there).  It follows regex's semantics
+ * step by step: alternatives are tried left to right and the first that matches wins (not
+ * the longest), greedy runs give characters back one at a time until the rest matches,
+ * possessive ones never do.  The comments at each step name the alternative it decides.
+ *
+ * Characters.  At each position the text is decoded as CPython's UTF-8 decoder does it: a
+ * well-formed sequence (Unicode Table 3-7: no overlong forms, no surrogates, nothing above
+ * U+10FFFF) is one character, and any other byte is one character of its own, U+DC00+byte
+ * -- what the surrogateescape handler makes of it (a maximal ill-formed prefix holds only
+ * bytes that cannot start a sequence, so byte-by-byte and CPython's error ranges agree).
+ * A character's classes come from the generated unicode_tables.h: bit masks of the classes
+ * as the patterns spell them, asked of regex itself.  ASCII is one table lookup.
+ */
+#include "scan.h"
+
+#include "unicode_tables.h"
+
+#include <string.h>
+
+#define NO_MATCH SIZE_MAX
+
+/* The per-character steps must be inlined into the matchers (the ASCII path is a table
+ * lookup); decoding a multi-byte character is the rare, out-of-line path. */
+#if defined(__GNUC__) || defined(__clang__)
+#define HOT static inline __attribute__((always_inline))
+#define COLD static __attribute__((noinline))
+#else
+#define HOT static inline
+#define COLD static
+#endif
+
+/* One character: its class mask, code point and length in bytes (len 0, cls 0 past the end). */
+typedef struct {
+    uint32_t cls, cp, len;
+} chr_t;
+
+static inline uint32_t class_of(uint32_t cp) {
+    if (cp < 0x80) return bs_ascii[cp];
+    return bs_stage2[((uint32_t)bs_stage1[cp >> BS_BLOCK_SHIFT] << BS_BLOCK_SHIFT) | (cp & BS_BLOCK_MASK)];
+}
+
+/* The code point of the character that starts with the non-ASCII byte s[i], and its length. */
+COLD uint32_t decode_multibyte(const uint8_t *s, size_t n, size_t i, uint32_t *len) {
+    uint32_t b0 = s[i], lo = 0x80, hi = 0xBF, need, cp;
+    if (b0 >= 0xC2 && b0 <= 0xDF) {
+        need = 1, cp = b0 & 0x1F;
+    } else if (b0 >= 0xE0 && b0 <= 0xEF) {
+        need = 2, cp = b0 & 0x0F;
+        if (b0 == 0xE0) lo = 0xA0;      /* below: overlong */
+        else if (b0 == 0xED) hi = 0x9F; /* above: a surrogate */
+    } else if (b0 >= 0xF0 && b0 <= 0xF4) {
+        need = 3, cp = b0 & 0x07;
+        if (b0 == 0xF0) lo = 0x90;      /* below: overlong */
+        else if (b0 == 0xF4) hi = 0x8F; /* above: beyond U+10FFFF */
+    } else {
+        goto invalid; /* a continuation byte, C0, C1 (overlong) or F5..FF */
+    }
+    if (n - i <= need) goto invalid; /* truncated by the end of the text */
+    if (s[i + 1] < lo || s[i + 1] > hi) goto invalid;
+    for (uint32_t k = 1; k <= need; k++) {
+        uint32_t b = s[i + k];
+        if ((b & 0xC0) != 0x80) goto invalid;
+        cp = (cp << 6) | (b & 0x3F);
+    }
+    *len = need + 1;
+    return cp;
+invalid:
+    *len = 1;
+    return 0xDC00 + b0;
+}
+
+HOT chr_t at(const uint8_t *s, size_t n, size_t i) {
+    chr_t c;
+    if (i >= n) {
+        c.cls = 0, c.cp = UINT32_MAX, c.len = 0;
+    } else if (s[i] < 0x80) {
+        c.cp = s[i], c.len = 1, c.cls = bs_ascii[c.cp];
+    } else {
+        c.cp = decode_multibyte(s, n, i, &c.len);
+        c.cls = class_of(c.cp);
+    }
+    return c;
+}
+
+/* The end of the run of characters in `mask` from i (i itself if there is none). */
+HOT size_t run(const uint8_t *s, size_t n, size_t i, uint32_t mask) {
+    for (;;) {
+        chr_t c = at(s, n, i);
+        if (!(c.cls & mask)) return i;
+        i += c.len;
+    }
+}
+
+/* The same, at most `most` characters long. */
+HOT size_t run_at_most(const uint8_t *s, size_t n, size_t i, uint32_t mask, int most) {
+    for (int k = 0; k < most; k++) {
+        chr_t c = at(s, n, i);
+        if (!(c.cls & mask)) break;
+        i += c.len;
+    }
+    return i;
+}
+
+/* The end of the run of CR, LF and '/' from i (o200k's [\r\n/]*). */
+HOT size_t run_crlf_slash(const uint8_t *s, size_t n, size_t i) {
+    while (i < n && (s[i] == '\r' || s[i] == '\n' || s[i] == '/')) i++;
+    return i;
+}
+
+/* A maximal run of \s from a space at p: where it ends, where its last character starts,
+ * and where its last CR or LF ends (0 for none: that end is never at 0). */
+typedef struct {
+    size_t end, last, after_crlf;
+} space_run;
+
+HOT space_run spaces(const uint8_t *s, size_t n, size_t p) {
+    space_run r = {p, p, 0};
+    for (;;) {
+        chr_t c = at(s, n, r.end);
+        if (!(c.cls & BS_S)) return r;
+        r.last = r.end;
+        r.end += c.len;
+        if (c.cls & BS_CRLF) r.after_crlf = r.end;
+    }
+}
+
+static inline uint32_t fold(chr_t c) { return (c.cls & BS_FOLD_MASK) >> BS_FOLD_SHIFT; }
+
+/* gpt2's '(?:[sdmt]|ll|ve|re) at an apostrophe at p: its end, or p. */
+static size_t contraction(const uint8_t *s, size_t n, size_t p) {
+    if (p + 1 >= n) return p;
+    uint8_t a = s[p + 1];
+    if (a == 's' || a == 'd' || a == 'm' || a == 't') return p + 2;
+    if (p + 2 >= n) return p;
+    uint8_t b = s[p + 2];
+    if ((a == 'l' && b == 'l') || (a == 'v' && b == 'e') || (a == 'r' && b == 'e')) return p + 3;
+    return p;
+}
+
+/* cl100k's '(?i:[sdmt]|ll|ve|re), and o200k's (?i:'s|'t|'re|'ve|'m|'ll|'d) (the same
+ * set of strings), at an apostrophe at p: its end, or p.  Folding is per character
+ * (regex's simple case folding; the generator checks that no single character matches a
+ * two-letter piece). */
+static size_t contraction_ci(const uint8_t *s, size_t n, size_t p) {
+    chr_t a = at(s, n, p + 1);
+    uint32_t fa = fold(a);
+    if (fa == BS_FOLD_S || fa == BS_FOLD_D || fa == BS_FOLD_M || fa == BS_FOLD_T) return p + 1 + a.len;
+    if (fa == BS_FOLD_L || fa == BS_FOLD_V || fa == BS_FOLD_R) {
+        chr_t b = at(s, n, p + 1 + a.len);
+        uint32_t fb = fold(b);
+        if ((fa == BS_FOLD_L && fb == BS_FOLD_L) || (fa != BS_FOLD_L && fb == BS_FOLD_E)) return p + 1 + a.len + b.len;
+    }
+    return p;
+}
+
+/* ` ?X+` for the class X of c's successor when c is a space, else of c: the run's end, or p. */
+HOT size_t space_then_run(const uint8_t *s, size_t n, size_t p, chr_t c, uint32_t mask) {
+    size_t q = p;
+    if (c.cp == ' ') {
+        q = p + 1;
+        c = at(s, n, q);
+    }
+    return (c.cls & mask) ? run(s, n, q, mask) : p;
+}
+
+/* '(?:[sdmt]|ll|ve|re)| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+ */
+static size_t match_gpt2(const uint8_t *s, size_t n, size_t p) {
+    chr_t c = at(s, n, p);
+    size_t e;
+    if (c.cp == '\'' && (e = contraction(s, n, p)) != p) return e;
+    chr_t d = c.cp == ' ' ? at(s, n, p + 1) : c; /* what ` ?` leaves to the class */
+    if (d.cls & (BS_L | BS_N | BS_OTHER)) {
+        uint32_t mask = d.cls & BS_L ? BS_L : d.cls & BS_N ? BS_N : BS_OTHER;
+        return space_then_run(s, n, p, c, mask);
+    }
+    if (!(c.cls & BS_S)) return p; /* not reached: each character is in L, N, S or other */
+    space_run r = spaces(s, n, p);
+    if (r.end == n) return n;      /* \s+(?!\S): the run reaches the end */
+    if (r.last > p) return r.last; /* \s+(?!\S): the run gives its last space back */
+    return r.end;                  /* \s+: a single space before a non-space */
+}
+
+/* '(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}++|\p{N}{1,3}+| ?[^\s\p{L}\p{N}]++[\r\n]*+
+ * |\s++$|\s*[\r\n]|\s+(?!\S)|\s */
+static size_t match_cl100k(const uint8_t *s, size_t n, size_t p) {
+    chr_t c = at(s, n, p);
+    size_t e;
+    if (c.cp == '\'' && (e = contraction_ci(s, n, p)) != p) return e;
+    if (c.cls & BS_PFX) { /* [^\r\n\p{L}\p{N}]?+ takes c and never gives it back */
+        if (at(s, n, p + c.len).cls & BS_L) return run(s, n, p + c.len, BS_L);
+    } else if (c.cls & BS_L) {
+        return run(s, n, p, BS_L);
+    }
+    if (c.cls & BS_N) return run_at_most(s, n, p, BS_N, 3);
+    if ((e = space_then_run(s, n, p, c, BS_OTHER)) != p) return run(s, n, e, BS_CRLF);
+    if (!(c.cls & BS_S)) return p; /* not reached */
+    space_run r = spaces(s, n, p);
+    if (r.end == n) return n;                     /* \s++$ (a final \n would be in the run) */
+    if (r.after_crlf) return r.after_crlf;         /* \s*[\r\n]: gives back to the last CR/LF */
+    if (r.last > p) return r.last;                 /* \s+(?!\S) */
+    return r.end;                                  /* \s */
+}
+
+/* o200k's [\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+ from i: the greedy first
+ * run gives back characters until the second can take one.  Its end, or NO_MATCH. */
+static size_t upper_star_lower_plus(const uint8_t *s, size_t n, size_t i) {
+    size_t after_last_lower = NO_MATCH; /* the run given back to its last character in both */
+    chr_t c;
+    for (;;) {
+        c = at(s, n, i);
+        if (!(c.cls & BS_UP)) break;
+        i += c.len;
+        if (c.cls & BS_LO) after_last_lower = i;
+    }
+    if (c.cls & BS_LO) return run(s, n, i, BS_LO); /* nothing given back */
+    return after_last_lower;
+}
+
+/* o200k's [\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]* from i: end, or NO_MATCH. */
+static size_t upper_plus_lower_star(const uint8_t *s, size_t n, size_t i) {
+    if (!(at(s, n, i).cls & BS_UP)) return NO_MATCH;
+    return run(s, n, run(s, n, i, BS_UP), BS_LO);
+}
+
+/* The two letter alternatives of o200k, each [^\r\n\p{L}\p{N}]?(letters)(?i:'s|...)?: the
+ * optional prefix is greedy, so each first tries with c as the prefix, then without. */
+static size_t o200k_letters(const uint8_t *s, size_t n, size_t p, chr_t c) {
+    size_t e = NO_MATCH;
+    if (c.cls & BS_PFX) e = upper_star_lower_plus(s, n, p + c.len);
+    if (e == NO_MATCH) e = upper_star_lower_plus(s, n, p);
+    if (e == NO_MATCH && (c.cls & BS_PFX)) e = upper_plus_lower_star(s, n, p + c.len);
+    if (e == NO_MATCH) e = upper_plus_lower_star(s, n, p);
+    if (e == NO_MATCH) return p;
+    return (e < n && s[e] == '\'') ? contraction_ci(s, n, e) : e;
+}
+
+/* [^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?
+ * |[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?
+ * |\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+ */
+static size_t match_o200k(const uint8_t *s, size_t n, size_t p) {
+    chr_t c = at(s, n, p);
+    size_t e;
+    if (c.cls & (BS_PFX | BS_UP | BS_LO) && (e = o200k_letters(s, n, p, c)) != p) return e;
+    if (c.cls & BS_N) return run_at_most(s, n, p, BS_N, 3);
+    if ((e = space_then_run(s, n, p, c, BS_OTHER)) != p) return run_crlf_slash(s, n, e);
+    if (!(c.cls & BS_S)) return p; /* not reached */
+    space_run r = spaces(s, n, p);
+    if (r.after_crlf) return r.after_crlf; /* \s*[\r\n]+: gives back to the last CR/LF */
+    if (r.end == n) return n;              /* \s+(?!\S) at the end */
+    if (r.last > p) return r.last;         /* \s+(?!\S) */
+    return r.end;                          /* \s+ */
+}
+
+#define NOT_SPACE (BS_L | BS_N | BS_OTHER) /* the generator checks these cover \S */
+
+/* \s+|\S+ */
+static size_t match_whitespace(const uint8_t *s, size_t n, size_t p) {
+    return run(s, n, p, (at(s, n, p).cls & BS_S) ? BS_S : NOT_SPACE);
+}
+
+/* \S+, from the first non-space at or after *p (where *p is left): the end, or *p at the end. */
+static inline size_t match_words(const uint8_t *s, size_t n, size_t *p) {
+    *p = run(s, n, *p, BS_S);
+    return run(s, n, *p, NOT_SPACE);
+}
+
+/* findall: a match is recorded and scanning goes on at its end; where none starts, one
+ * character further (all the patterns' matches are non-empty). */
+#define SCAN_WITH(match)                                        \
+    while (p < len && k < cap) {                                \
+        e = match(data, len, p);                                \
+        if (e == p) {                                           \
+            p += at(data, len, p).len;                          \
+            continue;                                           \
+        }                                                       \
+        out[k].start = p, out[k].end = e, k++;                  \
+        p = e;                                                  \
+    }
+
+ptrdiff_t bs_scan(int pattern, const uint8_t *data, size_t len, size_t *pos, bs_span *out, size_t cap) {
+    size_t p = *pos, k = 0, e;
+    switch (pattern) {
+    case BS_SCAN_GPT2: SCAN_WITH(match_gpt2); break;
+    case BS_SCAN_CL100K: SCAN_WITH(match_cl100k); break;
+    case BS_SCAN_O200K: SCAN_WITH(match_o200k); break;
+    case BS_SCAN_WHITESPACE: SCAN_WITH(match_whitespace); break;
+    case BS_SCAN_WORDS: /* the spaces between matches are skipped in one run */
+        while (k < cap && (e = match_words(data, len, &p)) != p) out[k].start = p, out[k].end = e, k++, p = e;
+        break;
+    case BS_SCAN_NONE: /* the whole text is one pretoken */
+        if (p < len && cap > 0) out[k].start = p, out[k].end = len, k++, p = len;
+        break;
+    default: return BS_SCAN_EPATTERN;
+    }
+    *pos = p;
+    return (ptrdiff_t)k;
+}
+
+static const char *const PATTERN_NAMES[BS_SCAN_N_PATTERNS] = {"gpt2", "cl100k", "o200k", "whitespace", "words", "none"};
+
+int bs_scan_pattern_by_name(const char *name) {
+    for (int i = 0; i < BS_SCAN_N_PATTERNS; i++)
+        if (strcmp(name, PATTERN_NAMES[i]) == 0) return i;
+    return BS_SCAN_EPATTERN;
+}
+
+const char *bs_scan_pattern_name(int pattern) {
+    return pattern >= 0 && pattern < BS_SCAN_N_PATTERNS ? PATTERN_NAMES[pattern] : NULL;
+}
+
+const char *bs_scan_regex_version(void) { return BS_TABLES_REGEX_VERSION; }
+const char *bs_scan_unicode_version(void) { return BS_TABLES_UNICODE_VERSION; }

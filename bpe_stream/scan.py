@@ -1,0 +1,41 @@
+"""Pretokens of UTF-8 bytes for the named patterns: the native scanner, or ``regex``.
+
+:func:`scan` gives, for ``gpt2``, ``cl100k``, ``o200k``, ``whitespace``, ``words`` and
+``none``, exactly what ``Pretokenizer.split`` gives on the bytes decoded with
+``surrogateescape``, each pretoken encoded back the same way (invalid UTF-8 is kept byte
+for byte).  It runs the native scanner (``bpe_stream._fastbpe``, built from
+``bpe_stream/csrc/scan.c``, whose character tables are generated from the installed
+``regex`` by ``tools/gen_unicode_tables.py``) when that extension is built, and
+:func:`scan_with_regex` -- the same result, slower -- when it is not.  Custom
+``regex:PATTERN`` pretokenizers have no native scanner.
+"""
+
+from __future__ import annotations
+
+from typing import List
+
+from .pretokenize import NAMED_PATTERNS, Pretokenizer
+
+from .native import fastbpe as _scan  # None without a C compiler at install time
+
+NATIVE_PATTERNS = tuple(NAMED_PATTERNS) + ("none",)
+
+
+def native_available() -> bool:
+    """Whether the native scanner is built."""
+    return _scan is not None
+
+
+def scan(data: bytes, pattern: str) -> List[bytes]:
+    """The pretokens of ``data`` (bytes-like) for the named ``pattern``, in order."""
+    if _scan is None:
+        return scan_with_regex(data, pattern)
+    return _scan.scan(data, pattern)
+
+
+def scan_with_regex(data: bytes, pattern: str) -> List[bytes]:
+    """:func:`scan` through ``regex`` (the reference, and the fallback without ``_scan``)."""
+    if pattern not in NATIVE_PATTERNS:
+        raise ValueError(f"no native scanner for the pretokenizer {pattern!r}")
+    text = bytes(data).decode("utf-8", "surrogateescape")
+    return [piece.encode("utf-8", "surrogateescape") for piece in Pretokenizer.from_name(pattern).split(text)]

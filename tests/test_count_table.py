@@ -1,0 +1,157 @@
+"""The pretoken count table against ``Counter(regex.findall(...))``, and its packed form.
+
+Both tables -- the native one (``bpe_stream._fastbpe.CountTable``) and the fallback
+(``count_table.PyCountTable``) -- must count what ``Counter`` counts of the ``regex``
+pretokens for every pattern, merge packed counts into sums, pack byte for byte alike (so a
+worker built with the extension and a parent without it still agree), and fail the same
+way at their limits and on malformed packed input.
+"""
+
+from __future__ import annotations
+
+import random
+import struct
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from scanner_inputs import NAMES, corpus_slices, documents, reference
+
+from bpe_stream import count_table
+from bpe_stream.count_table import MAX_COUNT, PyCountTable, pack_counts, unpack_counts
+
+REPO = Path(__file__).resolve().parent.parent
+native = pytest.mark.skipif(count_table.NativeCountTable is None, reason="bpe_stream._fastbpe is not built")
+TABLES = [
+    pytest.param(lambda: count_table.NativeCountTable(), id="native", marks=native),
+    pytest.param(PyCountTable, id="fallback"),
+]
+
+
+def expected_counts(docs, name) -> Counter:
+    return sum((Counter(reference(doc, name)) for doc in docs), Counter())
+
+
+@pytest.mark.parametrize("make", TABLES)
+@pytest.mark.parametrize("name", NAMES)
+@given(docs=st.lists(documents, max_size=4))
+def test_feed_counts_what_counter_of_regex_counts(make, name, docs):
+    table = make()
+    fed = sum(table.feed(doc, name) for doc in docs)
+    want = expected_counts(docs, name)
+    assert table.to_dict() == want
+    assert fed == table.total == sum(want.values()) and len(table) == len(want)
+
+
+@pytest.mark.parametrize("make", TABLES)
+@given(parts=st.lists(st.dictionaries(st.binary(max_size=6), st.integers(0, 1 << 40), max_size=20), max_size=5))
+def test_merging_packed_tables_sums_them(make, parts):
+    whole = make()
+    for part in parts:
+        table = make()
+        for key, count in part.items():
+            table.add(key, count)
+        packed = table.pack()
+        assert unpack_counts(packed) == part
+        whole.merge(packed)
+    want = sum((Counter(p) for p in parts), Counter())
+    assert {k: v for k, v in whole.to_dict().items() if v} == +want
+    assert whole.total == sum(want.values())
+
+
+@native
+@given(docs=st.lists(documents, max_size=4), name=st.sampled_from(NAMES))
+def test_native_and_fallback_pack_the_same_bytes(docs, name):
+    tables = count_table.NativeCountTable(), PyCountTable()
+    for table in tables:
+        for doc in docs:
+            table.feed(doc, name)
+        table.add(b"", 3)
+    packed = [t.pack() for t in tables]
+    assert packed[0] == packed[1] == pack_counts(tables[1].to_dict())
+    for table, other in ((tables[0], packed[1]), (tables[1], packed[0])):  # each merges the other's
+        table.merge(other)
+    assert tables[0].to_dict() == tables[1].to_dict()
+
+
+def test_packed_layout_is_little_endian_length_bytes_count():
+    table = count_table.CountTable()
+    table.add(b"ab", 5)
+    table.add(b"\xff", 1 << 40)
+    assert table.pack() == struct.pack("<I", 2) + b"ab" + struct.pack("<Q", 5) + struct.pack("<I", 1) + b"\xff" + struct.pack("<Q", 1 << 40)
+
+
+@pytest.mark.parametrize("make", TABLES)
+def test_many_distinct_pretokens_grow_the_table(make):
+    rng = random.Random(15)
+    keys = [rng.randbytes(rng.randrange(0, 12)) for _ in range(60_000)]
+    table, want = make(), Counter()
+    for key in keys + keys[::3]:
+        table.add(key)
+        want[key] += 1
+    assert table.to_dict() == want and len(table) == len(want)
+    assert list(table.to_dict()) == list(want)  # insertion order
+    table.clear()
+    assert len(table) == 0 and table.total == 0 and table.pack() == b""
+    table.add(b"x")
+    assert table.to_dict() == {b"x": 1}
+
+
+@pytest.mark.parametrize("make", TABLES)
+def test_limits_and_bad_input(make):
+    table = make()
+    table.add(b"a", MAX_COUNT - 1)
+    table.add(b"b")
+    assert table.total == MAX_COUNT
+    with pytest.raises(OverflowError):
+        table.add(b"a")  # the total, and so the count, would pass 2**64 - 1
+    with pytest.raises(OverflowError):
+        make().add(b"a", -1)
+    with pytest.raises(OverflowError):
+        make().add(b"a", 1 << 64)
+    with pytest.raises(TypeError):
+        make().add("text", 1)
+    with pytest.raises(TypeError):
+        make().add(b"a", 1.0)
+    with pytest.raises(ValueError, match="no native scanner"):
+        make().feed(b"abc", "regex:\\S+")
+    assert table.to_dict() == {b"a": MAX_COUNT - 1, b"b": 1}  # failed steps change nothing
+
+
+@pytest.mark.parametrize("make", TABLES)
+def test_malformed_packed_counts(make):
+    good = pack_counts({b"ok": 2})
+    for bad in (b"\x01", good + b"\x05\x00\x00\x00ab", good + struct.pack("<I", 1) + b"x" + b"\x00" * 7):
+        table = make()
+        with pytest.raises(ValueError, match="malformed"):
+            table.merge(bad)
+        assert table.to_dict() == ({b"ok": 2} if bad.startswith(good) else {})  # what came before counts
+    table = make()
+    table.merge(b"")
+    assert len(table) == 0
+
+
+@native
+@pytest.mark.parametrize("name", NAMES)
+def test_shared_corpora_counts(name):
+    for label, data in corpus_slices():
+        table = count_table.NativeCountTable()
+        assert table.feed(data, name) == len(reference(data, name)), label
+        assert table.to_dict() == Counter(reference(data, name)), label
+
+
+def test_without_the_extension_everything_falls_back_to_regex():
+    # a fresh interpreter in which bpe_stream._fastbpe cannot be imported (as without a compiler)
+    code = (
+        "import sys; sys.modules['bpe_stream._fastbpe'] = None\n"
+        "from bpe_stream import count_table, scan\n"
+        "assert count_table.CountTable is count_table.PyCountTable and not scan.native_available()\n"
+        "table = count_table.CountTable(); table.feed(b'a b a\\xff', 'gpt2')\n"
+        "print(sorted(table.to_dict().items()), scan.scan(b'x  y', 'gpt2'))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, check=True).stdout
+    assert out.strip() == "[(b' a', 1), (b' b', 1), (b'a', 1), (b'\\xff', 1)] [b'x', b' ', b' y']"
