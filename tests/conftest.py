@@ -1,18 +1,29 @@
-"""Shared fixtures: where the reference data is, temporary stores, and two ways to run the CLI.
+"""Shared fixtures: where the reference data is, temporary stores, two ways to run the CLI,
+the inputs the reliability tests share, and the suite's one hypothesis profile.
 
 * ``cli``: typer's ``CliRunner`` on ``bpe_stream.cli.app`` (fast, in process; stdin as bytes).
 * ``bpe``: the real entry point in a subprocess (``python -m bpe_stream.cli``), for checks on
   the exact bytes written to stdout and on the exit status a shell sees.
+
+Hypothesis runs every property test with ``BPE_STREAM_HYPOTHESIS_EXAMPLES`` examples (150
+unless set; a few tests whose examples are costly run a share of them, ``fewer_examples``)
+and ``derandomize=True``: the same examples on every run and every machine, no example
+database, no deadline (a loaded machine must not fail a test).  For a longer, random search:
+``BPE_STREAM_HYPOTHESIS_EXAMPLES=5000 pytest --hypothesis-profile=random`` (a new seed each
+run; failures are saved in ``.hypothesis/`` and printed with a blob that reproduces them).
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import reliability_helpers as H
+from hypothesis import HealthCheck, settings
 from typer.testing import CliRunner
 
 REPO = Path(__file__).resolve().parent.parent
@@ -21,6 +32,48 @@ CS336 = DATA / "cs336"
 
 TIKTOKEN_GPT2_ENCODER = "6c7ea1a7e38e3a7f062df639a5b80947f075ffe6"
 TIKTOKEN_GPT2_BPE = "6d1cbeee0f20b3d9449abfede4726ed8212e3aee"
+
+# -- hypothesis ------------------------------------------------------------------------------
+DEFAULT_EXAMPLES = 150
+EXAMPLES = int(os.environ.get("BPE_STREAM_HYPOTHESIS_EXAMPLES", DEFAULT_EXAMPLES))
+_EVERY_PROFILE = dict(
+    max_examples=EXAMPLES, deadline=None,
+    # too_slow depends on the machine's speed; the function-scoped fixtures that property
+    # tests take are scratch directories in which each example makes its own
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+settings.register_profile("deterministic", derandomize=True, database=None, **_EVERY_PROFILE)
+settings.register_profile("random", print_blob=True, **_EVERY_PROFILE)
+settings.load_profile("deterministic")
+
+
+def _import_the_whole_package() -> None:
+    """Hypothesis mixes the literals of the (non-test) local modules imported so far into its
+    examples, so what a property test draws would depend on which tests ran before it, or
+    were selected at all; with every module of the package imported up front, it does not."""
+    import importlib
+    import pkgutil
+
+    import bpe_stream
+
+    for module in pkgutil.walk_packages(bpe_stream.__path__, "bpe_stream."):
+        if module.name.endswith("__main__"):  # runs the CLI
+            continue
+        try:
+            importlib.import_module(module.name)
+        except ImportError:  # an extra that is not installed (dask)
+            pass
+
+
+_import_the_whole_package()
+
+
+def fewer_examples(n: int) -> settings:
+    """``@fewer_examples(40)`` on a property test whose examples are costly (a store each,
+    files written and loaded): ``n`` examples where the suite runs its default 150, scaled
+    with ``BPE_STREAM_HYPOTHESIS_EXAMPLES``."""
+    assert n < DEFAULT_EXAMPLES, n
+    return settings(max_examples=max(1, round(n * EXAMPLES / DEFAULT_EXAMPLES)))
 
 
 @pytest.fixture(scope="session")
@@ -80,7 +133,7 @@ def bpe(tmp_path):
             full_env.update(env)
         return subprocess.run(
             [sys.executable, "-m", "bpe_stream.cli", *[str(a) for a in args]],
-            input=input, capture_output=True, cwd=str(cwd or tmp_path), env=full_env, timeout=300,
+            input=input, capture_output=True, cwd=str(cwd or tmp_path), env=full_env, timeout=H.HANG_TIMEOUT,
         )
 
     return run
@@ -132,3 +185,78 @@ def tiktoken_pattern(name: str) -> str:
         return getattr(public, name)()["pat_str"]
     finally:
         public.load_tiktoken_bpe = original
+
+
+# -- what the reliability tests share ------------------------------------------------------------
+def ok(res):
+    """``res`` (in process or a subprocess) after asserting that it exited 0."""
+    code = getattr(res, "returncode", getattr(res, "exit_code", None))
+    assert code == 0, res
+    return res
+
+
+def stderr_text(res) -> str:
+    err = res.stderr
+    return err.decode("utf-8", "replace") if isinstance(err, bytes) else err
+
+
+def assert_clean_error(res, *fragments):
+    """One ``Error:`` line naming the problem, exit 1, no traceback (CLI in process or not)."""
+    exc = getattr(res, "exception", None)
+    assert exc is None or isinstance(exc, SystemExit), f"an exception escaped: {exc!r}\n{res}"
+    assert_user_error(res.stderr, getattr(res, "exit_code", getattr(res, "returncode", None)))
+    for fragment in fragments:
+        assert fragment in stderr_text(res), (fragment, stderr_text(res))
+
+
+@pytest.fixture(scope="session")
+def corpus_files(tmp_path_factory):
+    """Five slices of the three reference corpora (1.1 MB of English, code and many scripts;
+    <|endoftext|> between their documents; slices may end inside a UTF-8 character)."""
+    directory = tmp_path_factory.mktemp("corpus")
+    return H.write_slices(directory, [
+        ("en_100M.txt", 0, 300_000), ("code_25M.txt", 1_000_000, 200_000), ("multi_25M.txt", 2_000_001, 200_000),
+        ("en_100M.txt", 5_000_000, 250_000), ("multi_25M.txt", 9_000_003, 150_000),
+    ])
+
+
+@pytest.fixture(scope="session")
+def corpus_oracle(corpus_files):
+    return H.PrefixOracle(corpus_files)
+
+
+@pytest.fixture(scope="session")
+def train_base(tmp_path_factory):
+    """A store of 1.2 MB of English and code (26k distinct pretokens), counted by the library,
+    the tokenizer that one uninterrupted ``train ... TRAIN_ARGS`` writes from it, and how many
+    checkpoints that run commits.  Tests copy the store before they change it."""
+    from bpe_stream import Store
+    from bpe_stream.counting import count_sources, make_settings
+    from bpe_stream.reader import Source
+
+    work = tmp_path_factory.mktemp("train")
+    files = H.write_slices(work / "in", [("en_100M.txt", 20_000_000, 800_000), ("code_25M.txt", 5_000_000, 400_000)])
+    base = work / "base"
+    with Store.open(base, create=True) as st_:
+        count_sources(st_, [Source.from_arg(p) for p in files], make_settings("gpt2", [H.EOT]))
+    ref_store = work / "ref-store"
+    shutil.copytree(base, ref_store)
+    cmd = H.Cmd("train", "--store", ref_store, "-o", work / "ref.json", *H.TRAIN_ARGS, "--path", "memory")
+    return base, work / "ref.json", H.points(cmd, work)["checkpoint"]
+
+
+@pytest.fixture(scope="session")
+def small_tok_file(tmp_path_factory):
+    """A small native tokenizer (300 merges, <|endoftext|>) trained in process."""
+    from bpe_stream.pipeline import tokenizer_from_result
+    from bpe_stream.trainer import TrainConfig, Trainer
+
+    work = tmp_path_factory.mktemp("small-tok")
+    text = (CS336 / "tinystories_sample.txt").read_bytes()[:60_000]
+    counts, _ = H.oracle([text])
+    trainer = Trainer(TrainConfig(num_merges=300, special_tokens=[H.EOT]))
+    trainer.feed(sorted(counts.items()))
+    tok = tokenizer_from_result(trainer.train(), "gpt2", "max-bytes")
+    path = work / "small.json"
+    tok.save(path)
+    return path

@@ -1,6 +1,11 @@
-"""Helpers shared by tests/test_reliability.py and benchmarks/stress.py: running the real CLI
-in its own process group, killing it with SIGKILL, reading a store's committed state in one
-read transaction, and an independent oracle for the counts of byte prefixes of files.
+"""Helpers shared by the tests/test_reliability_*.py files and benchmarks/stress.py: running
+the real CLI in its own process group (with the test seams of ``tests/seams.py``), pausing it
+at a seam, killing the group, reading a store's committed state in one read transaction, and
+an independent oracle for the counts of byte prefixes of files.
+
+No helper here waits for a duration: a test reaches a moment of a command through a seam
+(``sigkill_at``, ``pause_at``), so it sees the same states on a machine ten times faster or
+slower.  The only clock is ``HANG_TIMEOUT``, which only a hang (a bug) ever reaches.
 
 The oracle does not use bpe_stream: it applies the spec's GPT-2 pattern with the `regex`
 package to the text between special tokens, so a counting bug cannot hide behind itself.
@@ -15,9 +20,10 @@ import random
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 import regex
@@ -30,98 +36,28 @@ EOT = "<|endoftext|>"
 GPT2_PATTERN = r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
 _GPT2 = regex.compile(GPT2_PATTERN)
 
-# The real CLI (bpe_stream.cli.main) with some of the library's own knobs turned, given as
-# JSON in the environment variable BPE_TEST_KNOBS:
-# * ``range_bytes``: counting ranges and stdin pieces of that many bytes instead of 8 MiB (the
-#   library's ``count_sources(range_bytes=...)``), so that a file of a few hundred kB is
-#   committed in several batches and a kill can cut it in the middle; ``chunk_bytes``: reads of
-#   that many bytes instead of 1 MiB (stdin is cut into pieces only between reads);
-# * ``initial_map``: the store's first LMDB map size, so that the map has to grow;
-# * ``stage_chunk_keys``: batches over that many keys are staged and applied one chunk of
-#   keys per transaction (the library's ``store.STAGE_CHUNK_KEYS``), so kills land in there;
-# * ``write_delay``: seconds to sleep after each committed store transaction (a slow disk), so
-#   that readers started while a count runs really do meet it running;
-# * ``open_delay``: seconds to sleep right after each ``lmdb.open`` (a slow open), so that
-#   another process commits in between;
-# * ``hwm_file``: at exit, write the process's peak resident memory (VmHWM, kB) to this file
-#   (the rusage of a child also counts the parent it was forked from, before its exec);
-# * ``sigkill_at``: SIGKILL the process itself at an exact moment: ``"store_init"`` (the LMDB
-#   files exist, the store's databases do not yet), ``"ensure_settings"`` (before the settings
-#   are recorded in a new store: inside the first batch's transaction) or ``"replace:N"`` (just
-#   before the N-th ``os.replace`` or directory exchange, i.e.
-#   between the writes of a command that writes several files).
-KNOBS_PRELUDE = r"""
-import json, os, signal, sys, time
-knobs = json.loads(os.environ.get("BPE_TEST_KNOBS") or "{}")
-import bpe_stream.counting as counting, bpe_stream.store as store
-
-def die(*args, **kwargs):
-    os.kill(os.getpid(), signal.SIGKILL)
-
-for knob in ("range_bytes", "chunk_bytes"):
-    if knob in knobs:
-        counting.count_sources.__kwdefaults__[knob] = knobs[knob]
-if "initial_map" in knobs:
-    store._INITIAL_MAP_SIZE = knobs["initial_map"]
-if "stage_chunk_keys" in knobs:
-    store.STAGE_CHUNK_KEYS = knobs["stage_chunk_keys"]
-if "write_delay" in knobs:
-    _write = store.Store.write
-    def slow_write(self, fn):
-        result = _write(self, fn)
-        time.sleep(knobs["write_delay"])
-        return result
-    store.Store.write = slow_write
-if "open_delay" in knobs:
-    _lmdb_open = store.lmdb.open
-    def slow_open(*args, **kwargs):
-        env = _lmdb_open(*args, **kwargs)
-        time.sleep(knobs["open_delay"])
-        return env
-    store.lmdb.open = slow_open
-if "hwm_file" in knobs:
-    import atexit
-    def report_hwm():
-        with open("/proc/self/status") as f:
-            hwm = next(line.split()[1] for line in f if line.startswith("VmHWM:"))
-        with open(knobs["hwm_file"], "w") as f:
-            f.write(hwm)
-    atexit.register(report_hwm)
-at = knobs.get("sigkill_at", "")
-if at == "store_init":
-    store.Store.__init__ = die
-elif at == "ensure_settings":  # the first batch's transaction, which records the settings
-    store.Store.settings_in = die
-elif at.startswith("replace:"):  # the N-th rename that publishes an output (file or directory)
-    import bpe_stream.atomic as atomic
-    n, calls = int(at.split(":")[1]), [0]
-    def counted(real):
-        def wrapper(*args, **kwargs):
-            calls[0] += 1
-            if calls[0] == n:
-                die()
-            return real(*args, **kwargs)
-        return wrapper
-    os.replace = counted(os.replace)
-    atomic._exchange = counted(atomic._exchange)
-from bpe_stream.cli import main
-sys.argv[0] = "bpe-stream"
-main()
-"""
+SEAMS = REPO / "tests" / "seams.py"  # the CLI with test seams and knobs (see its docstring)
+# Seconds after which a wait gives up: a guard against a hang, never a measure of speed (the
+# commands here take well under a second each on a laptop).
+HANG_TIMEOUT = 600
 
 
 class Cmd:
-    """A ``bpe-stream`` command line and its environment."""
+    """A ``bpe-stream`` command line, its knobs (``tests/seams.py``) and its environment."""
 
     def __init__(self, *args, knobs: dict | None = None, env: dict | None = None):
         self.args = [str(a) for a in args]
         self.knobs = dict(knobs or {})
         self.extra_env = dict(env or {})
 
+    def with_knobs(self, **knobs) -> "Cmd":
+        """The same command with more knobs."""
+        return Cmd(*self.args, knobs=dict(self.knobs, **knobs), env=self.extra_env)
+
     @property
     def argv(self) -> list[str]:
         if self.knobs:
-            return [sys.executable, "-c", KNOBS_PRELUDE, *self.args]
+            return [sys.executable, str(SEAMS), *self.args]
         return [sys.executable, "-m", "bpe_stream.cli", *self.args]
 
     @property
@@ -149,51 +85,91 @@ def start(cmd: Cmd, cwd, stdin=None, stderr=None, stdout=None) -> subprocess.Pop
     )
 
 
-def run(cmd: Cmd, cwd, input: bytes | None = None, timeout: float = 120, **kwargs) -> subprocess.CompletedProcess:
-    return subprocess.run(cmd.argv, cwd=str(cwd), env=cmd.env, input=input if input is not None else b"",
-                          capture_output=True, timeout=timeout, check=False, **kwargs)
+def run(cmd: Cmd, cwd, input: bytes | None = None, **kwargs) -> subprocess.CompletedProcess:
+    """Runs ``cmd`` to its end (or its death at a seam) in its own process group, then kills
+    what is left of the group: the workers of a command killed at a seam die with it.  Output
+    goes through files, so that orphaned workers holding a pipe cannot stall the read."""
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        proc = subprocess.Popen(cmd.argv, cwd=str(cwd), env=cmd.env, start_new_session=True,
+                                stdin=subprocess.PIPE, stdout=out, stderr=err, **kwargs)
+        try:
+            proc.communicate(input if input is not None else b"", timeout=HANG_TIMEOUT)
+        finally:
+            kill_group(proc)
+        out.seek(0)
+        err.seek(0)
+        return subprocess.CompletedProcess(cmd.argv, proc.returncode, out.read(), err.read())
 
 
 def kill_group(proc: subprocess.Popen) -> None:
-    """SIGKILL to the whole process group, then reap it; no worker outlives the call."""
+    """SIGKILL to the whole process group, then reap it; no worker outlives the call (an
+    orphaned worker may stay a zombie until init reaps it: dead, holding nothing)."""
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except ProcessLookupError:
         pass
     proc.wait()
-    deadline = time.monotonic() + 5
-    while time.monotonic() < deadline:
+    deadline = time.monotonic() + HANG_TIMEOUT
+    while _live_members(proc.pid) and time.monotonic() < deadline:
         try:
             os.killpg(proc.pid, signal.SIGKILL)
         except ProcessLookupError:
             return
-        time.sleep(0.01)
+        time.sleep(0.001)
 
 
-def kill_after(proc: subprocess.Popen, delay: float) -> bool:
-    """SIGKILLs the process group after ``delay`` s; True if the process was still running then."""
-    deadline = time.monotonic() + delay
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            return False
-        time.sleep(min(0.002, max(0.0, deadline - time.monotonic())))
-    alive = proc.poll() is None
-    kill_group(proc)
-    return alive
+def _live_members(pgid: int) -> list[int]:
+    """The processes of a process group that are not zombies (from /proc)."""
+    live = []
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat", "rb") as f:
+                fields = f.read().rsplit(b")", 1)[1].split()
+        except OSError:  # gone meanwhile
+            continue
+        if int(fields[2]) == pgid and fields[0] != b"Z":
+            live.append(int(entry.name))
+    return live
 
 
-def kill_when(proc: subprocess.Popen, condition: Callable[[], bool], jitter: float, timeout: float = 60) -> bool:
-    """Polls ``condition`` while the process runs; once it holds, waits ``jitter`` s more and
-    SIGKILLs the group.  True if the process was still running when killed."""
-    deadline = time.monotonic() + timeout
-    while proc.poll() is None and time.monotonic() < deadline:
-        if condition():
-            return kill_after(proc, jitter)
-        time.sleep(0.002)
-    if proc.poll() is None:
-        kill_group(proc)
-        raise AssertionError(f"condition not met within {timeout} s")
-    return False
+def points(cmd: Cmd, cwd, input: bytes | None = None) -> Counter:
+    """How often a clean run of ``cmd`` reaches each seam point (``{"commit": 58, ...}``): the
+    range to draw a seeded moment from."""
+    with tempfile.TemporaryDirectory() as tmp:
+        report = Path(tmp) / "points.json"
+        res = run(cmd.with_knobs(points_file=str(report)), cwd, input=input)
+        assert res.returncode == 0, res
+        return Counter(json.loads(report.read_text()))
+
+
+class Pause:
+    """A seam where a command waits (``pause_at`` of ``tests/seams.py``): give
+    ``pause_knob(pause, ...)`` to the command, then ``pause.wait(proc)`` returns once the
+    process has reached the moment and stands still there; ``pause.release()`` lets it go on
+    (or kill it, or SIGINT it, where it stands)."""
+
+    def __init__(self, directory, moment: str, name: str = "cmd"):
+        self.moment = moment
+        self.marker = Path(directory) / f"{name}-{moment.replace(':', '-')}.paused"
+
+    def wait(self, proc: subprocess.Popen) -> None:
+        deadline = time.monotonic() + HANG_TIMEOUT
+        while not self.marker.exists():
+            if proc.poll() is not None:
+                raise AssertionError(f"{proc.args[2:]} ended (exit {proc.returncode}) before it reached {self.moment}")
+            if time.monotonic() > deadline:
+                kill_group(proc)
+                raise AssertionError(f"{proc.args[2:]} hung: not at {self.moment} after {HANG_TIMEOUT} s")
+            time.sleep(0.005)
+
+    def release(self) -> None:
+        Path(f"{self.marker}.go").touch()
+
+
+def pause_knob(*pauses: Pause) -> dict:
+    return {"pause_at": {p.moment: str(p.marker) for p in pauses}}
 
 
 # -- the store's committed state -------------------------------------------------------
@@ -365,3 +341,8 @@ def file_digest(path) -> str:
 
 def seeded(seed: int) -> random.Random:
     return random.Random(seed)
+
+
+# The training of the reliability tests: 2,743 merges from ``train_base``, checkpointed at
+# every progress report of the merge loop (``--checkpoint-seconds 0``: none is due to the clock).
+TRAIN_ARGS = ("--vocab-size", "3000", "--checkpoint-every", "64", "--checkpoint-seconds", "0")

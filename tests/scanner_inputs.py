@@ -6,7 +6,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import regex
-from hypothesis import HealthCheck
 from hypothesis import strategies as st
 
 from bpe_stream.pretokenize import (
@@ -32,8 +31,6 @@ PATTERNS = {
 }
 NAMES = list(PATTERNS) + ["none"]
 COMPILED = {name: regex.compile(p) for name, p in PATTERNS.items()}
-# Timing is never part of a test: no deadline (regex compiles a pattern on first use).
-SETTINGS = {"deadline": None, "suppress_health_check": [HealthCheck.too_slow]}
 
 def reference(data: bytes, name: str) -> list:
     """``regex.findall`` of the pattern on the bytes decoded with surrogateescape, encoded back."""

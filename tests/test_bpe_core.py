@@ -6,12 +6,10 @@ from collections import Counter
 
 import pytest
 import textbook
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from bpe_stream import bpe
-
-SETTINGS = settings(max_examples=150, deadline=None)
 
 # Small alphabets make prefixes (b"a" vs b"ab") and equal concatenations likely; 0x00 and 0xff
 # are the edges of an order-preserving byte encoding.
@@ -29,7 +27,6 @@ def _cmp(a, b):
     return _sign((a > b) - (a < b))
 
 
-@SETTINGS
 @given(pair_bytes, pair_bytes)
 def test_max_bytes_key_orders_like_reversed_tuple_of_bytes(p, q):
     key = bpe.tie_break_keys("max-bytes")
@@ -39,7 +36,6 @@ def test_max_bytes_key_orders_like_reversed_tuple_of_bytes(p, q):
     assert (kp == kq) == (p == q)
 
 
-@SETTINGS
 @given(pair_bytes, pair_bytes)
 def test_min_bytes_key_orders_like_tuple_of_bytes(p, q):
     key = bpe.tie_break_keys("min-bytes")
@@ -51,7 +47,6 @@ def test_min_bytes_key_orders_like_tuple_of_bytes(p, q):
 ids = st.integers(min_value=0, max_value=2**32 - 1)
 
 
-@SETTINGS
 @given(ids, ids, ids, ids)
 def test_min_ids_key_orders_like_tuple_of_ids(a, b, c, d):
     key = bpe.tie_break_keys("min-ids")
@@ -61,7 +56,6 @@ def test_min_ids_key_orders_like_tuple_of_ids(a, b, c, d):
     assert bpe.unpack_pair(bpe.pack_pair(a, b)) == (a, b)
 
 
-@SETTINGS
 @given(st.lists(pair_bytes, min_size=1, max_size=12))
 def test_tie_break_winner_matches_spec(pairs):
     """Picking the minimum key picks what bpe.md names for each rule."""
@@ -96,7 +90,6 @@ def _recount(ws, freqs):
     return textbook.all_pair_counts(Counter(dict(zip(map(tuple, ws), freqs))))
 
 
-@settings(max_examples=300, deadline=None)
 @given(words, st.data(), st.integers(min_value=1, max_value=2**40))
 def test_merge_word_deltas_equal_full_recount(word, data, freq):
     choices = [(word[i], word[i + 1]) for i in range(len(word) - 1)] or [(97, 97)]
@@ -117,7 +110,6 @@ def test_merge_word_deltas_equal_full_recount(word, data, freq):
     assert got == expected
 
 
-@SETTINGS
 @given(st.lists(st.tuples(words, st.integers(min_value=1, max_value=9)), max_size=6), st.data())
 def test_merge_word_deltas_accumulate_over_words(items, data):
     """One shared ``deltas`` dict over several words equals the recount of the whole corpus."""
@@ -178,14 +170,12 @@ def _ranks(merges):
     return ranks
 
 
-@settings(max_examples=300, deadline=None)
 @given(merge_tables())
 def test_encode_by_rank_equals_replaying_merges(table):
     merges, word = table
     assert bpe.encode_by_rank(list(word), _ranks(merges)) == textbook.encode_word(word, merges)
 
 
-@SETTINGS
 @given(
     st.lists(st.tuples(st.binary(min_size=1, max_size=8).map(lambda b: bytes(97 + x % 3 for x in b)),
                        st.integers(1, 5)), min_size=1, max_size=8),

@@ -20,7 +20,8 @@ from pathlib import Path
 
 import pytest
 import regex
-from hypothesis import HealthCheck, example, given, settings
+from conftest import fewer_examples
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from bpe_stream import counting
@@ -79,7 +80,6 @@ ascii_texts = st.lists(
     ),
     max_size=50,
 ).map("".join)
-SETTINGS = {"deadline": None, "suppress_health_check": [HealthCheck.too_slow]}
 
 
 def plain_counts(text: str, name: str, specials=()) -> Counter:
@@ -111,7 +111,6 @@ def test_space_chars_are_regex_whitespace():
 
 
 @pytest.mark.parametrize("name", sorted(ASCII_PATTERNS))
-@settings(max_examples=300, **SETTINGS)
 @given(text=ascii_texts)
 def test_ascii_patterns_match_like_the_pretokenizer_on_ascii(name, text):
     pre = Pretokenizer.from_name(name)
@@ -138,7 +137,6 @@ def test_only_named_pretokenizers_have_a_fast_path():
 
 
 @pytest.mark.parametrize("name", NAMED)
-@settings(max_examples=200, **SETTINGS)
 @given(text=texts)
 def test_segments_end_at_exactly_the_safe_cuts(name, text):
     pre = Pretokenizer.from_name(name)
@@ -162,7 +160,6 @@ def test_segments_end_at_exactly_the_safe_cuts(name, text):
 
 # -- the fast path against the plain path ----------------------------------------------------
 @pytest.mark.parametrize("name", ALL)
-@settings(max_examples=150, **SETTINGS)
 @given(text=texts, data=st.data())
 @example(text="a  b \n", data=None)
 @example(text=" x\r\n y\x1c \x85z\u3000 ", data=None)
@@ -185,7 +182,7 @@ def test_fast_path_counts_like_plain_split(name, text, data):
 
 
 @pytest.mark.parametrize("name", ALL)
-@settings(max_examples=100, **SETTINGS)
+@fewer_examples(100)
 @given(text=with_specials, sizes=st.lists(st.integers(1, 40), min_size=1, max_size=8), fast=st.sampled_from([True, False, None]))
 def test_document_counter_equals_plain_path(name, text, sizes, fast):
     """Special tokens split the text before pretokenization; any chunking, either path."""
@@ -204,7 +201,7 @@ def test_document_counter_equals_plain_path(name, text, sizes, fast):
 
 
 @pytest.mark.parametrize("name", NAMED)
-@settings(max_examples=60, **SETTINGS)
+@fewer_examples(60)
 @given(pieces=st.lists(texts, max_size=6), limit=st.integers(1, 5), flush_slice=st.integers(1, 4))
 def test_pending_segments_flushed_early_and_in_slices_count_the_same(name, pieces, limit, flush_slice):
     expected = Counter()

@@ -17,9 +17,9 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
-from scanner_inputs import NAMES, SETTINGS, corpus_slices, documents, reference
+from scanner_inputs import NAMES, corpus_slices, documents, reference
 
 from bpe_stream import count_table
 from bpe_stream.count_table import MAX_COUNT, PyCountTable, pack_counts, unpack_counts
@@ -38,7 +38,6 @@ def expected_counts(docs, name) -> Counter:
 
 @pytest.mark.parametrize("make", TABLES)
 @pytest.mark.parametrize("name", NAMES)
-@settings(**SETTINGS)
 @given(docs=st.lists(documents, max_size=4))
 def test_feed_counts_what_counter_of_regex_counts(make, name, docs):
     table = make()
@@ -49,7 +48,6 @@ def test_feed_counts_what_counter_of_regex_counts(make, name, docs):
 
 
 @pytest.mark.parametrize("make", TABLES)
-@settings(**SETTINGS)
 @given(parts=st.lists(st.dictionaries(st.binary(max_size=6), st.integers(0, 1 << 40), max_size=20), max_size=5))
 def test_merging_packed_tables_sums_them(make, parts):
     whole = make()
@@ -66,7 +64,6 @@ def test_merging_packed_tables_sums_them(make, parts):
 
 
 @native
-@settings(**SETTINGS)
 @given(docs=st.lists(documents, max_size=4), name=st.sampled_from(NAMES))
 def test_native_and_fallback_pack_the_same_bytes(docs, name):
     tables = count_table.NativeCountTable(), PyCountTable()

@@ -21,7 +21,7 @@ from array import array
 
 import pytest
 from conftest import CS336
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from bpe_stream import Tokenizer, encoding
@@ -110,7 +110,6 @@ doc_bytes = st.lists(
 ).map(b"".join)
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=doc_bytes, name=st.sampled_from(sorted(TOKENIZERS)), fmt=st.sampled_from(FORMATS),
        chunk_bytes=st.integers(1, 40), piece=st.integers(1, 60))
 def test_written_bytes_equal_the_reference_for_any_workers_and_pieces(toks, encoders, data, name, fmt, chunk_bytes, piece):
@@ -144,7 +143,6 @@ def test_every_piece_size_on_crafted_documents(toks, encoders, name):
         assert written(encoders[(name, 3)], data, "u16", 1, 1) == want["u16"]
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=doc_bytes, name=st.sampled_from(sorted(TOKENIZERS)), chunk_bytes=st.integers(1, 40), piece=st.integers(1, 120))
 def test_encode_stream_batches_equal_encode(toks, encoders, data, name, chunk_bytes, piece):
     tok = toks[name]
@@ -207,7 +205,6 @@ def test_only_gpt2_takes_the_fast_split(toks):
 
 
 # -- formatting ------------------------------------------------------------------------------
-@settings(max_examples=200, deadline=None)
 @given(ids=st.lists(st.integers(0, 0xFFFF), max_size=50), extra=st.integers(0, 100))
 def test_format_ids_equals_plain_formatting(ids, extra):
     data = array("I", ids).tobytes()

@@ -15,7 +15,7 @@ import subprocess
 from array import array
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from bpe_stream import Store, Tokenizer
@@ -53,7 +53,6 @@ def train(words, engine, forced=(), **kw):
     return t.train(forced=forced, engine=engine)
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(words=words_st, tie=st.sampled_from(TIE_BREAKS), n=st.integers(0, 40), eow=st.sampled_from([None, "</w>"]),
        min_count=st.sampled_from([1, 1, 2, 5]))
 def test_c_engine_equals_python_engine(words, tie, n, eow, min_count):
@@ -63,7 +62,6 @@ def test_c_engine_equals_python_engine(words, tie, n, eow, min_count):
     assert c.merge_counts == py.merge_counts
 
 
-@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(words=words_st, tie=st.sampled_from(TIE_BREAKS), n=st.integers(0, 40), data=st.data())
 def test_forced_prefix_resumes_exactly(words, tie, n, data):
     full = train(words, "c", num_merges=n, tie_break=tie)
@@ -73,7 +71,6 @@ def test_forced_prefix_resumes_exactly(words, tie, n, data):
     assert resumed.merges == full.merges
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(words=words_st, tie=st.sampled_from(TIE_BREAKS), n=st.integers(0, 40), eow=st.sampled_from([None, "</w>"]))
 def test_disk_path_equals_memory(tmp_path, words, tie, n, eow):
     cfg = config(num_merges=n, tie_break=tie, end_of_word=eow)
@@ -248,7 +245,6 @@ def random_tokenizer(rng: random.Random, pretokenizer: str, n_merges: int, eow=N
     return tokenizer_from_result(t.train(), pretokenizer, "min-ids")
 
 
-@settings(max_examples=120, deadline=None)
 @given(text=st.text(alphabet=st.sampled_from(list("abc é\n\t中") + ["\udcff"]), max_size=300),
        seed=st.integers(0, 10**6), pre=st.sampled_from(["gpt2", "whitespace", "none"]),
        eow=st.sampled_from([None, "</w>"]))

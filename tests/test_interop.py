@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from conftest import assert_user_error, tiktoken_pattern
+from conftest import assert_user_error, fewer_examples, tiktoken_pattern
 from bpe_stream.counting import make_settings
 from bpe_stream.formats import export_tokenizer, load_any, truncate
 from bpe_stream.formats.native import rules_digest
@@ -48,8 +48,8 @@ texts = st.lists(
     st.one_of(st.sampled_from(FRAGMENTS), st.text(characters, max_size=12), st.sampled_from(FRAGMENTS).map(str.upper)),
     max_size=30,
 ).map("".join)
-HYPO = settings(max_examples=int(os.environ.get("INTEROP_EXAMPLES", 120)), deadline=None, suppress_health_check=list(HealthCheck))
-HYPO_FEW = settings(max_examples=int(os.environ.get("INTEROP_EXAMPLES", 120)) // 3, deadline=None, suppress_health_check=list(HealthCheck))
+HYPO = settings(suppress_health_check=list(HealthCheck))
+HYPO_FEW = settings(fewer_examples(40), suppress_health_check=list(HealthCheck))  # exports to files, loaded again
 
 
 def corpus_samples():

@@ -13,8 +13,8 @@ from collections import Counter
 import pytest
 import regex
 import textbook
-from conftest import tiktoken_pattern
-from hypothesis import HealthCheck, given, settings
+from conftest import fewer_examples, tiktoken_pattern
+from hypothesis import given
 from hypothesis import strategies as st
 
 from bpe_stream import reader
@@ -104,7 +104,6 @@ def test_named_patterns_are_the_reference_patterns(patterns):
     assert Pretokenizer.from_name("none").pattern is None
 
 
-@settings(max_examples=200, deadline=None)
 @given(document_bytes, st.sampled_from(NAMES))
 def test_split_equals_findall_of_reference_pattern(patterns, data, name):
     text = reader.from_bytes(data)
@@ -112,7 +111,6 @@ def test_split_equals_findall_of_reference_pattern(patterns, data, name):
     assert Pretokenizer.from_name(name).split(text) == expected
 
 
-@settings(max_examples=100, deadline=None)
 @given(st.text(max_size=40), st.sampled_from(["gpt2", "cl100k", "o200k"]))
 def test_split_equals_findall_on_arbitrary_text(patterns, text, name):
     assert Pretokenizer.from_name(name).split(text) == regex.findall(patterns[name], text)
@@ -136,7 +134,6 @@ def test_unknown_or_bad_pretokenizer():
 
 
 # -- special tokens ----------------------------------------------------------------------
-@settings(max_examples=200, deadline=None)
 @given(document_bytes, specials_st)
 def test_special_splitter_is_longest_match_left_to_right(data, specials):
     text = reader.from_bytes(data)
@@ -158,14 +155,12 @@ def test_overlapping_specials_longest_wins():
 chunk_sizes = st.lists(st.integers(min_value=1, max_value=9), min_size=1, max_size=6)
 
 
-@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(document_bytes, specials_st, chunk_sizes)
 @pytest.mark.parametrize("name", NAMES)
 def test_stream_splitter_any_chunking_equals_whole(patterns, name, data, specials, sizes):
     assert stream_items(name, specials, data, sizes) == whole_items(patterns, name, specials, data)
 
 
-@settings(max_examples=60, deadline=None)
 @given(st.lists(st.sampled_from(FRAGMENTS), max_size=40).map("".join), specials_st,
        st.lists(st.integers(min_value=0, max_value=12), max_size=8))
 @pytest.mark.parametrize("name", NAMES)
@@ -187,7 +182,7 @@ def test_stream_splitter_character_cuts(patterns, name, text, specials, cuts):
     assert out == textbook.pretokens(text, patterns[name], specials)
 
 
-@settings(max_examples=80, deadline=None)
+@fewer_examples(80)
 @given(document_bytes, specials_st, chunk_sizes)
 @pytest.mark.parametrize("name", NAMES)
 def test_document_counter_any_chunking_equals_whole(patterns, name, data, specials, sizes):
@@ -202,7 +197,6 @@ def test_document_counter_any_chunking_equals_whole(patterns, name, data, specia
     assert doc.partial.specials == sum(1 for s, _ in whole_items(patterns, name, specials, data) if s)
 
 
-@settings(max_examples=100, deadline=None)
 @given(document_bytes, specials_st, st.integers(min_value=1, max_value=7))
 @pytest.mark.parametrize("name", ["gpt2", "cl100k", "o200k", "whitespace", "none"])
 def test_lossless_pretokenizers_preserve_every_byte(name, data, specials, chunk):
@@ -250,7 +244,6 @@ SPLIT_FRAGMENTS = [
 split_text = st.lists(st.sampled_from(SPLIT_FRAGMENTS) | st.text(max_size=4), max_size=40).map("".join)
 
 
-@settings(max_examples=600, deadline=None)
 @given(split_text)
 def test_gpt2_split_equals_the_regex_pretokenizer(text):
     assert _ascii_classes_agree()

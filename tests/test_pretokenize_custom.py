@@ -9,7 +9,8 @@ from collections import Counter
 
 import pytest
 import regex
-from hypothesis import given, settings
+from conftest import fewer_examples
+from hypothesis import given
 from hypothesis import strategies as st
 
 from bpe_stream.counting import DocumentCounter, make_settings
@@ -22,7 +23,7 @@ def whole(text: str, pattern: str) -> Counter:
     return Counter(regex.findall(pattern, text))
 
 
-@settings(max_examples=40, deadline=None)
+@fewer_examples(40)
 @given(pattern=st.sampled_from(PATTERNS), seed=st.integers(0, 10**6), sizes=st.lists(st.integers(1, 3000), min_size=1))
 def test_custom_pattern_any_chunking_equals_whole(pattern, seed, sizes):
     rng = random.Random(seed)

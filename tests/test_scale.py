@@ -10,21 +10,19 @@ from __future__ import annotations
 
 import gzip
 import json
-import os
 import random
 import signal
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
-from conftest import REPO, assert_user_error
+import reliability_helpers as H
+from conftest import assert_user_error
 
 from bpe_stream.counting import count_sources, make_settings
 from bpe_stream.formats.counts import BatchAdder, CountsFormatError, check_counts, escape, unescape
 from bpe_stream.reader import Source
-from bpe_stream.store import Store, StoreError
+from bpe_stream.store import Store
 
 EOT = "<|endoftext|>"
 NO_DASK = "the dask extra is not installed (pip install -e '.[dask]')"
@@ -390,30 +388,15 @@ def test_dask_interrupted_in_process_resumes_mid_file(tmp_path, dask_cluster):
 
 
 def test_dask_client_killed_then_rerun_gives_exact_totals(tmp_path, dask_cluster, cli):
+    """The client SIGKILLs itself right after its 3rd commit (tests/seams.py; batches are not
+    staged, so each commit is one batch of whole files) while the cluster lives on: the store
+    holds those files done, and a rerun counts the rest exactly once."""
     files = make_corpus(tmp_path / "corpus", 40, 40_000, seed=6)
     store = tmp_path / "st"
     args = ["count", "--store", str(store), "--special-token", EOT, "--engine", "dask", "--scheduler", dask_cluster,
             "--max-memory", "1M", "-q", *map(str, files)]
-    env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    proc = subprocess.Popen([sys.executable, "-m", "bpe_stream.cli", *args], env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    done_at_kill = 0
-    try:
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and proc.poll() is None:
-            try:
-                with Store.open(store, readonly=True) as st, st.reader() as txn:
-                    done_at_kill = sum(1 for _, r in st.iter_sources(txn) if r.get("done"))
-            except StoreError:  # not created yet
-                pass
-            if done_at_kill >= 3:
-                break
-            time.sleep(0.05)
-        assert proc.poll() is None, f"the count ended before it could be killed: {proc.stderr.read()!r}"
-    finally:
-        proc.send_signal(signal.SIGKILL)  # the client dies at once, mid-run; the cluster lives on
-        proc.wait()
-        proc.stderr.close()
+    res = H.run(H.Cmd(*args, knobs={"sigkill_at": "commit:3", "stage_chunk_keys": 1 << 30}), tmp_path)
+    assert res.returncode == -signal.SIGKILL, f"the count ended before its 3rd commit: {res.stderr[-500:]!r}"
     with Store.open(store, readonly=True) as st, st.reader() as txn:
         done = sum(1 for _, r in st.iter_sources(txn) if r.get("done"))
     assert 3 <= done < len(files)

@@ -17,14 +17,13 @@ import importlib.util
 
 import pytest
 import regex
-from hypothesis import example, given, settings
+from hypothesis import example, given
 from hypothesis import strategies as st
 from scanner_inputs import (
     CORPORA,
     GENERATOR,
     HEADER,
     NAMES,
-    SETTINGS,
     corpus_slices,
     documents,
     reference,
@@ -48,7 +47,6 @@ def assert_same(scanner, data: bytes, name: str) -> None:
 
 @pytest.mark.parametrize("scanner", SCANNERS)
 @pytest.mark.parametrize("name", NAMES)
-@settings(**SETTINGS)
 @given(data=documents)
 @example(data=b"a   b")
 @example(data=b"Hello world's  \n\n  end  ")
@@ -62,7 +60,6 @@ def test_scanner_matches_regex(scanner, name, data):
 
 @pytest.mark.parametrize("scanner", SCANNERS)
 @pytest.mark.parametrize("name", NAMES)
-@settings(**SETTINGS)
 @given(data=st.binary(max_size=80))
 def test_scanner_matches_regex_on_random_bytes(scanner, name, data):
     assert_same(scanner, data, name)

@@ -11,8 +11,8 @@ import lmdb
 import msgpack
 import pytest
 import textbook
-from conftest import assert_user_error
-from hypothesis import HealthCheck, given, settings
+from conftest import assert_user_error, fewer_examples
+from hypothesis import given
 from hypothesis import strategies as st
 
 from bpe_stream import store as store_mod
@@ -240,7 +240,7 @@ SETTING_CHOICES = [
 ]
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@fewer_examples(60)
 @given(st.lists(doc_st, min_size=1, max_size=3), st.sampled_from(SETTING_CHOICES),
        st.integers(min_value=1, max_value=40), st.integers(min_value=1, max_value=9))
 def test_count_sources_equals_oracle_for_any_range_and_chunk_size(tmp_path, docs, settings_, range_bytes, chunk_bytes):
@@ -295,7 +295,7 @@ def test_count_after_settings_mismatch_leaves_store_unchanged(tmp_path, store_di
         assert all_words(st_) == oracle_counts([a.read_bytes()], GPT2)
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@fewer_examples(40)
 @given(doc_st, st.sampled_from(SETTING_CHOICES), st.integers(min_value=1, max_value=40),
        st.integers(min_value=1, max_value=9))
 def test_count_stdin_equals_oracle_for_any_piece_and_chunk_size(tmp_path, monkeypatch, data, settings_, piece_bytes,
@@ -375,7 +375,7 @@ _pretokens = st.binary(min_size=1, max_size=12) | st.binary(min_size=500, max_si
 _batches = st.lists(st.dictionaries(_pretokens, st.integers(1, 2**40), max_size=40), min_size=1, max_size=4)
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@fewer_examples(40)
 @given(batches=_batches, chunk_keys=st.integers(1, 7), stop_after=st.integers(0, 12), data=st.data())
 def test_staged_batches_equal_whole_ones_even_when_cut_off(tmp_path, monkeypatch, batches, chunk_keys, stop_after, data):
     """A batch over STAGE_CHUNK_KEYS keys is staged and applied chunk by chunk; cut off after

@@ -8,7 +8,7 @@ import json
 
 import pytest
 import textbook
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from bpe_stream import Tokenizer
@@ -62,7 +62,6 @@ gpt2_text = st.lists(
 ).map("".join)
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(gpt2_text)
 def test_gpt2_equals_tiktoken_on_random_text(gpt2_tokenizer, tiktoken_gpt2, text):
     ids = gpt2_tokenizer.encode(text)
@@ -186,7 +185,6 @@ probe_st = st.lists(st.sampled_from(
 SPECIAL_SETS = [["<|endoftext|>"], ["<|a|>", "<|a|><|b|>"], ["<|a|><|b|>", "<|b|>", "<|a|>"], []]
 
 
-@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(corpus_st, probe_st, st.sampled_from(["max-bytes", "min-bytes", "min-ids"]),
        st.sampled_from(["gpt2", "whitespace", "none"]), st.sampled_from(SPECIAL_SETS))
 def test_encode_equals_textbook_replay(items, probe, rule, pre, specials):
@@ -204,7 +202,6 @@ def test_encode_equals_textbook_replay(items, probe, rule, pre, specials):
     assert tok.decode_bytes(expected) == textbook.to_bytes(probe)
 
 
-@settings(max_examples=60, deadline=None)
 @given(st.lists(st.sampled_from(["low", "lower", "lowest", "newer", "x"]), min_size=1, max_size=8),
        st.lists(st.integers(0, 30), max_size=4))
 def test_word_marker_decode_in_any_batches_equals_whole(words, cuts):

@@ -8,7 +8,7 @@ from collections import Counter
 
 import pytest
 import textbook
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from bpe_stream import TrainConfig, Trainer, train_bpe
@@ -84,7 +84,6 @@ def assert_same(result, oracle):
     assert set(result.vocab) == set(oracle.vocab)
 
 
-@settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(corpus, configs())
 def test_trainer_equals_textbook(items, kw):
     oracle = textbook.train(items, **kw)
@@ -93,7 +92,6 @@ def test_trainer_equals_textbook(items, kw):
         assert_same(run_trainer(items, kw, engine), oracle)
 
 
-@settings(max_examples=60, deadline=None)
 @given(corpus, RULES, st.randoms(use_true_random=False))
 def test_result_does_not_depend_on_feed_order_or_splitting(items, rule, rnd):
     kw = dict(num_merges=20, tie_break=rule)
@@ -269,7 +267,6 @@ def test_engines_agree_on_identical_bytes_tie_minimal():
 
 
 @pytest.mark.skipif(len(ENGINES) < 2, reason="the C trainer is not built")
-@settings(max_examples=150, deadline=None)
 @given(st.lists(st.tuples(collide_word, st.integers(1, 4)), max_size=10), RULES, st.randoms(use_true_random=False))
 def test_engines_agree_on_identical_bytes_ties(items, rule, rnd):
     kw = dict(num_merges=12, end_of_word="_", tie_break=rule)
