@@ -61,6 +61,9 @@ def user_errors():
         yield
     except typer.Exit:
         raise
+    except KeyboardInterrupt:  # Ctrl-C: one line and the shell's status for SIGINT, no traceback
+        typer.echo("interrupted", err=True)
+        raise typer.Exit(130) from None
     except USER_ERRORS as exc:
         fail(str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
     except BrokenPipeError:

@@ -49,7 +49,13 @@ _GPT2 = regex.compile(GPT2_PATTERN)
 #   files exist, the store's databases do not yet), ``"ensure_settings"`` (before the settings
 #   are recorded in a new store: inside the first batch's transaction) or ``"replace:N"`` (just
 #   before the N-th ``os.replace`` or directory exchange, i.e.
-#   between the writes of a command that writes several files).
+#   between the writes of a command that writes several files);
+# * ``pause_after_batch``: ``{"n": N, "marker": PATH}``: right after the N-th batch of counts is
+#   committed (``Store.add_batch`` returned), write PATH and wait there until a signal comes, so
+#   that a test can send SIGINT at exactly that moment;
+# * ``pause_in_task``: ``{"function": "module.name", "n": N, "marker": PATH}``: the N-th call of
+#   that task function in a process (a worker's N-th task) writes PATH and waits there;
+# * ``piece_chars``: encode pieces of that many bytes instead of 1 MiB (``encoding.PIECE_CHARS``).
 KNOBS_PRELUDE = r"""
 import json, os, signal, sys, time
 knobs = json.loads(os.environ.get("BPE_TEST_KNOBS") or "{}")
@@ -87,6 +93,37 @@ if "hwm_file" in knobs:
         with open(knobs["hwm_file"], "w") as f:
             f.write(hwm)
     atexit.register(report_hwm)
+def wait_here(marker):
+    with open(marker, "w") as f:
+        f.write(str(os.getpid()))
+    while True:
+        time.sleep(3600)
+
+if "pause_after_batch" in knobs:
+    pause, _add_batch, batches = knobs["pause_after_batch"], store.Store.add_batch, [0]
+    def add_batch_then_pause(self, *args, **kwargs):
+        result = _add_batch(self, *args, **kwargs)
+        batches[0] += 1
+        if batches[0] == pause["n"]:
+            wait_here(pause["marker"])
+        return result
+    store.Store.add_batch = add_batch_then_pause
+if "pause_in_task" in knobs:
+    import importlib
+    pause, calls = knobs["pause_in_task"], [0]
+    module_name, _, name = pause["function"].rpartition(".")
+    module = importlib.import_module(module_name)
+    task = getattr(module, name)
+    def task_then_pause(*args, **kwargs):
+        calls[0] += 1
+        if calls[0] == pause["n"]:
+            wait_here(pause["marker"])
+        return task(*args, **kwargs)
+    task_then_pause.__module__, task_then_pause.__qualname__ = module_name, name  # pickled by name
+    setattr(module, name, task_then_pause)
+if "piece_chars" in knobs:
+    import bpe_stream.encoding as encoding
+    encoding.PIECE_CHARS = knobs["piece_chars"]
 at = knobs.get("sigkill_at", "")
 if at == "store_init":
     store.Store.__init__ = die
