@@ -94,8 +94,9 @@ if "hwm_file" in knobs:
             f.write(hwm)
     atexit.register(report_hwm)
 def wait_here(marker):
-    with open(marker, "w") as f:
+    with open(marker + ".tmp", "w") as f:  # the marker appears whole, holding this process's id
         f.write(str(os.getpid()))
+    os.rename(marker + ".tmp", marker)
     while True:
         time.sleep(3600)
 

@@ -111,3 +111,27 @@ def test_ctrl_c_during_encode_with_two_workers_stops_them_and_keeps_the_old_outp
     assert len(lines) == 1 and lines[0].startswith("interrupted"), lines
     assert out.read_bytes() == b"the old output\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["doc.txt", "out.ids", "paused"], "a temporary file was left"
+
+
+def test_a_worker_killed_from_outside_is_one_error_line_not_a_hang(tmp_path, files):
+    """The out-of-memory killer (here: SIGKILL to the worker the seam holds): the parent reads
+    end-of-file on that worker's pipe, says so in one Error line, and the store resumes."""
+    store = tmp_path / "store"
+    marker = tmp_path / "paused"
+    args = ("count", "--store", store, "--special-token", EOT, "--max-memory", "1M", "-w", "2", *files)
+    knobs = {"range_bytes": 32 << 10,
+             "pause_in_task": {"function": "bpe_stream.counting.count_range", "n": 3, "marker": str(marker)}}
+    proc = H.start(Cmd(*args, knobs=knobs), tmp_path, stderr=subprocess.PIPE)
+    try:
+        _wait_for(marker, proc)
+        os.kill(int(marker.read_text()), signal.SIGKILL)
+        err = proc.stderr.read().decode("utf-8", "replace")
+        rc = proc.wait(timeout=120)
+    finally:
+        H.kill_group(proc)
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert rc == 1 and len(lines) == 1 and lines[0].startswith("Error: a worker process was killed by SIGKILL"), (rc, lines)
+    oracle = H.PrefixOracle(files)
+    H.check_partial_state(H.snapshot(store), oracle)
+    assert H.run(Cmd(*args), tmp_path).returncode == 0
+    assert H.snapshot(store)["words"] == oracle.words()
