@@ -243,7 +243,7 @@ def train(
             doc_boundaries=doc_boundaries, tie_break=tie_break, min_count=min_count, min_word_count=min_word_count,
         )
         base = load_any(from_tokenizer) if from_tokenizer else None
-        with Store.open(store_path(store)) as st:
+        with Store.open_for_update(store_path(store)) as st:  # read-only: no checkpoints
             bar = progress_bar(quiet, unit="merge", desc="train")
 
             def on_progress(batch, done, limit):

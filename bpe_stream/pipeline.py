@@ -216,6 +216,9 @@ def train_from_store(
                 f"{budget / 1e6:,.0f} MB; training stays exact but may page (raise --max-memory if you can)"
             )
 
+        if store.readonly:
+            on_message(f"the store at {store.path} cannot be written here: training without checkpoints "
+                       "(--resume cannot continue this run)")
         merges_so_far = MergeLog()
         last_save = [time.monotonic(), 0]
         resumed = checkpoint if (resume and checkpoint and checkpoint.get("fingerprint") == fingerprint
@@ -243,7 +246,7 @@ def train_from_store(
         else:
             trainer = DiskTrainer(
                 [config.base_vocab()[i] for i in range(256 + len(config.base_symbols()))], config.marker_id(),
-                config.tie_break, os.path.join(store.path, "train-scratch"),
+                config.tie_break, _scratch_dir(store),
                 mapped_budget=budget - index_need,  # what the pair index leaves for the table's pages
                 size_hint=4 * symbols + 40 * unique,  # the table: symbols, and a count and key per word
             )
@@ -264,6 +267,16 @@ def train_from_store(
     if merges_so_far and not store.readonly:
         save_checkpoint()
     return tokenizer_from_result(result, settings["pretokenizer"], config.tie_break), result
+
+
+def _scratch_dir(store: Store) -> str:
+    """Where the disk path's sequence table goes: beside the store, or in the temporary
+    directory ($TMPDIR) when the store cannot be written here."""
+    if store.readonly:
+        import tempfile
+
+        return tempfile.mkdtemp(prefix="bpe-stream-train-scratch-")
+    return os.path.join(store.path, "train-scratch")
 
 
 def _fastbpe_available() -> bool:

@@ -27,6 +27,7 @@ run code.  When the map is full it grows and the transaction is retried whole.
 
 from __future__ import annotations
 
+import errno
 import os
 from contextlib import contextmanager
 from typing import Iterator, Optional, Tuple
@@ -64,6 +65,26 @@ class WriteFailed(StoreError):
 
 class _NoTables(StoreError):
     """An environment whose creation was cut off before its tables existed."""
+
+
+class NotWritable(StoreError):
+    """A store that this process may read but not write (a read-only mount, no permission)."""
+
+
+# What LMDB says when it may not open a file for writing: EACCES (py-lmdb's ReadonlyError),
+# EROFS, or EPERM (an immutable file).
+_NOT_WRITABLE = (os.strerror(errno.EACCES), os.strerror(errno.EROFS), os.strerror(errno.EPERM))
+
+
+def _not_writable(exc: Exception) -> bool:
+    return isinstance(exc, lmdb.ReadonlyError) or any(text in str(exc) for text in _NOT_WRITABLE)
+
+
+def _open_env(path: str, map_size: int, readonly: bool, create: bool, lock: bool):
+    return lmdb.open(
+        path, subdir=True, map_size=map_size, max_dbs=len(_DBS), readonly=readonly, create=create,
+        metasync=True, sync=True, readahead=False, lock=lock,
+    )
 
 
 _LMDB_FILES = {"data.mdb", "lock.mdb"}
@@ -162,10 +183,11 @@ def _digest(pretoken: bytes) -> bytes:
 class Store:
     """An open store.  Use :meth:`open`; close it (or use ``with``) when done."""
 
-    def __init__(self, path: str, env: lmdb.Environment, readonly: bool):
+    def __init__(self, path: str, env: lmdb.Environment, readonly: bool, lock: bool = True):
         self.path = path
         self.env = env
         self.readonly = readonly
+        self.lock = lock  # False: read without LMDB's lock file, which this process cannot write
         self.db = _open_dbs(env, readonly, path)
         self.max_key = env.max_key_size()
 
@@ -189,11 +211,21 @@ class Store:
                 raise StoreError(f"no store at {path}; run 'bpe-stream count' first or pass --store PATH")
         else:
             _check_not_truncated(data, size)
+        env_readonly = readonly and exists
+        lock = True
         try:
-            env = lmdb.open(
-                path, subdir=True, map_size=max(_INITIAL_MAP_SIZE, size), max_dbs=len(_DBS),
-                readonly=readonly and exists, create=create, metasync=True, sync=True, readahead=False, lock=True,
-            )
+            try:
+                env = _open_env(path, max(_INITIAL_MAP_SIZE, size), env_readonly, create, lock)
+            except lmdb.Error as exc:
+                if not _not_writable(exc):
+                    raise
+                if not env_readonly:
+                    raise NotWritable(f"the store at {path} cannot be written here ({exc})") from None
+                # A reader takes a slot in the lock file; without write access to it, read
+                # without the lock (LMDB does so itself on a read-only mount).  Nothing
+                # excludes a writer then: see README, "Stores you cannot write".
+                lock = False
+                env = _open_env(path, max(_INITIAL_MAP_SIZE, size), env_readonly, create, lock)
         except lmdb.Error as exc:
             raise StoreError(f"cannot open the store at {path}: {exc}") from None
         try:
@@ -210,7 +242,7 @@ class Store:
                     )
                 if not isinstance(meta.get("settings"), dict) or not isinstance(meta.get("totals"), dict):
                     raise StoreError(f"the store at {path} has a damaged header record; restore it from a copy or count again")
-            store = cls(path, env, readonly=readonly and exists)
+            store = cls(path, env, readonly=env_readonly, lock=lock)
             if store.has_staged_batch():
                 if not store.readonly:
                     try:
@@ -234,6 +266,15 @@ class Store:
             env.close()
             raise
         return store
+
+    @classmethod
+    def open_for_update(cls, path: str) -> "Store":
+        """Read-write where the store can be written here, else read-only (``store.readonly``):
+        for commands that only add to what the store keeps (training checkpoints)."""
+        try:
+            return cls.open(path)
+        except NotWritable:
+            return cls.open(path, readonly=True)
 
     @classmethod
     def _finish_staged(cls, path: str) -> None:
@@ -280,10 +321,7 @@ class Store:
         map_size = self.env.info()["map_size"]
         self.env.close()
         try:
-            self.env = lmdb.open(
-                self.path, subdir=True, map_size=map_size, max_dbs=len(_DBS), readonly=self.readonly,
-                create=False, metasync=True, sync=True, readahead=False, lock=True,
-            )
+            self.env = _open_env(self.path, map_size, self.readonly, False, self.lock)
         except lmdb.Error as exc:
             raise StoreError(f"cannot reopen the store at {self.path}: {exc}") from None
         self.db = _open_dbs(self.env, self.readonly, self.path)
