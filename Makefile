@@ -10,7 +10,7 @@ STDLIB := $(shell $(PYTHON) -c "import sysconfig; print(sysconfig.get_paths()['s
 
 install: $(VENV)/.installed
 
-$(VENV)/.installed: setup.cfg pyproject.toml setup.py bpe_stream/_fastbpe.c
+$(VENV)/.installed: setup.cfg pyproject.toml setup.py bpe_stream/_fastbpe.c bpe_stream/_storecheck.c
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[dev,dask]'

@@ -41,7 +41,10 @@ def export_counts(store: Store, output: str) -> tuple:
         if info is None:
             raise StoreError(f"the store at {store.path} is empty; run 'bpe-stream count' first")
         totals = info["totals"]
-        return write_counts(output, info["settings"], store.iter_words(txn), totals, store.unique_words(txn))
+        try:
+            return write_counts(output, info["settings"], store.iter_words(txn), totals, store.unique_words(txn))
+        except RuntimeError as exc:  # fewer lines than entries: a count of 0, which is never stored
+            raise StoreError(f"the store at {store.path} is damaged ({exc}); restore it from a copy") from None
 
 
 def import_counts(store: Store, paths: List[str], *, max_memory: int = parse_size(DEFAULT_BUDGET), again: bool = False,

@@ -23,6 +23,15 @@ see every batch whole or not at all, and nothing is counted twice.
 
 Every value is a fixed-width integer or msgpack, never pickle: opening a store cannot
 run code.  When the map is full it grows and the transaction is retried whole.
+
+LMDB trusts its file (no checksums): a damaged page number or node size made it read past
+the end of the file (SIGBUS) or fail an assertion (SIGABRT).  So opening a store first checks
+that the file holds every page its meta pages name, then walks every tree of the snapshot
+with ``_storecheck`` (page numbers, types, node bounds, key order, counts; see its header)
+before LMDB touches a page; :meth:`Store.iter_words` checks the values it decodes against a
+check record (sum and number of the counts) that :meth:`Store.add_counts` keeps.  Damage is
+one :class:`StoreError` naming the store.  LMDB's lock file is given its disk blocks before
+LMDB writes to it through a map (on a full disk that write was a SIGBUS).
 """
 
 from __future__ import annotations
@@ -47,6 +56,10 @@ _INITIAL_MAP_SIZE = 1 << 30
 # commits cost no more time (20.7 s vs 22.3 s for 1.45M keys).
 STAGE_CHUNK_KEYS = 2048
 _PENDING = b"pending"  # in meta: the staged batch's source records and totals
+# In meta: b"SUM ENTRIES" (decimal) of the words, kept by add_counts in each transaction that
+# changes a count and compared by iter_words at its end: LMDB has no checksums, and a bit
+# flipped inside a count changes the sum.  Stores from before it have none and go unchecked.
+_CHECK = b"check"
 _STAGED = b"staged/"  # in meta: + 4-byte big-endian chunk number -> msgpack [keys, counts]
 
 
@@ -80,7 +93,75 @@ def _not_writable(exc: Exception) -> bool:
     return isinstance(exc, lmdb.ReadonlyError) or any(text in str(exc) for text in _NOT_WRITABLE)
 
 
+# LMDB's lock file for its default 126 readers: 125 reader slots of 64 bytes and the
+# 192-byte header (mdb.c, mdb_env_setup_locks); a file of this size is taken as it is.
+LOCK_FILE_BYTES = 8192
+
+
+def _reserve_lock_file(path: str) -> None:
+    """LMDB sizes its lock file with ftruncate, which gives it no disk blocks, and then writes
+    to it through a shared map: on a full disk the first write into a page without a block
+    kills the process with SIGBUS.  So the file's blocks are allocated first, where a full
+    disk is an ordinary error (for a lock file that exists, this allocates only its holes)."""
+    lock_file = os.path.join(path, "lock.mdb")
+    try:
+        st = os.stat(lock_file)
+        if st.st_size >= LOCK_FILE_BYTES and st.st_blocks * 512 >= st.st_size:
+            return  # allocated whole (the common case: no descriptor opened and closed, see below)
+    except OSError:
+        pass
+    # (Closing a descriptor of the lock file drops every fcntl lock this process holds on it,
+    # LMDB's included: harmless here, as LMDB forbids opening one environment twice in a process.)
+    try:
+        fd = os.open(lock_file, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as exc:
+        if exc.errno in (errno.EACCES, errno.EROFS, errno.EPERM):
+            return  # not ours to write: LMDB opens it read-only or without the lock
+        raise StoreError(f"cannot open the store at {path}: {exc.strerror}") from None
+    try:
+        os.posix_fallocate(fd, 0, max(os.fstat(fd).st_size, LOCK_FILE_BYTES))
+    except OSError as exc:
+        if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL):  # a file system without it: as before
+            raise WriteFailed(_write_failed(path, exc.strerror), exc.strerror) from None
+    finally:
+        os.close(fd)
+
+
+_META_BYTES = 2 * 4096  # LMDB's two meta pages, written in one call when it creates the file
+
+
+def _discard_cut_off_creation(path: str, data_file: str) -> bool:
+    """A data file shorter than the two meta pages, whose first meta page records no commit
+    (or is still zeros), holds nothing: LMDB's first write was cut off, by a full disk most
+    often, and LMDB would call it invalid forever.  Unless another process has the store open
+    (every LMDB user holds a lock on the lock file's first byte), remove it so that LMDB starts
+    over; True when it was removed."""
+    import fcntl
+    import struct
+
+    with open(data_file, "rb") as f:
+        head = f.read(16 + 136)
+    if head.strip(b"\0") and not (len(head) == 16 + 136 and struct.unpack_from("<Q", head, 16 + 128)[0] == 0):
+        return False
+    try:
+        fd = os.open(os.path.join(path, "lock.mdb"), os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError:
+        return False
+    try:
+        fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, 0)  # LMDB's own test for "no one else"
+        os.unlink(data_file)
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)  # (releases the lock)
+
+
 def _open_env(path: str, map_size: int, readonly: bool, create: bool, lock: bool):
+    if lock and (create or os.path.isdir(path)) and hasattr(os, "posix_fallocate"):
+        if create:
+            os.makedirs(path, exist_ok=True)
+        _reserve_lock_file(path)
     return lmdb.open(
         path, subdir=True, map_size=map_size, max_dbs=len(_DBS), readonly=readonly, create=create,
         metasync=True, sync=True, readahead=False, lock=lock,
@@ -170,6 +251,40 @@ def _u64(value: int) -> bytes:
     return value.to_bytes(8, "little")
 
 
+try:
+    from . import _storecheck
+except ImportError:  # pragma: no cover - built without a C compiler: stores are opened unchecked
+    _storecheck = None
+
+# What LMDB raises for a file whose structure it cannot follow.
+_DAMAGE = (lmdb.CorruptedError, lmdb.PageNotFoundError, lmdb.InvalidError, lmdb.BadValsizeError,
+           lmdb.VersionMismatchError, lmdb.PanicError)
+
+
+def _damaged(path: str, what) -> str:
+    return f"the store at {path} is damaged ({what}); restore it from a copy, or count again into a new store"
+
+
+def _check_structure(env, path: str) -> None:
+    """Checks every tree of the data file (``_storecheck``) in a snapshot this process holds
+    (so that no writer reuses its pages meanwhile), before LMDB itself walks any of them."""
+    if _storecheck is None:
+        return
+    import mmap
+
+    def check_snapshot() -> int:
+        with env.begin() as txn, open(os.path.join(path, "data.mdb"), "rb") as f:
+            with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
+                return _storecheck.check(mapped, txn.id())
+
+    for _ in range(8):  # 1: writers committed twice during the check; check a newer snapshot
+        try:
+            if _retrying(env, check_snapshot) == 0:
+                return
+        except ValueError as exc:
+            raise StoreError(_damaged(path, exc)) from None
+
+
 try:  # hashlib's own blake2b, without the OpenSSL library hashlib loads (~4 MB of RSS in every count)
     from _blake2 import blake2b
 except ImportError:  # pragma: no cover - another Python
@@ -209,6 +324,8 @@ class Store:
                 if os.path.isdir(path) and os.listdir(path):
                     raise StoreError(f"the store at {path} is empty; run 'bpe-stream count' first")
                 raise StoreError(f"no store at {path}; run 'bpe-stream count' first or pass --store PATH")
+        elif create and size < _META_BYTES and _discard_cut_off_creation(path, data):
+            size, exists = 0, False
         else:
             _check_not_truncated(data, size)
         env_readonly = readonly and exists
@@ -229,7 +346,12 @@ class Store:
         except lmdb.Error as exc:
             raise StoreError(f"cannot open the store at {path}: {exc}") from None
         try:
-            meta, blank = _retrying(env, lambda: cls._inspect(env))
+            if exists:
+                _check_structure(env, path)
+            try:
+                meta, blank = _retrying(env, lambda: cls._inspect(env))
+            except _DAMAGE as exc:
+                raise StoreError(_damaged(path, exc)) from None
             if exists and meta is None and not blank:
                 raise StoreError(f"{path} is an LMDB database but not a bpe-stream store; choose another --store")
             if meta is not None:
@@ -348,11 +470,14 @@ class Store:
                     raise WriteFailed(_write_failed(self.path, exc), str(exc)) from None
             except lmdb.MapResizedError:
                 self.env.set_mapsize(0)
+            except _DAMAGE as exc:
+                raise StoreError(_damaged(self.path, exc)) from None
             except lmdb.Error as exc:
                 raise WriteFailed(_write_failed(self.path, exc), str(exc)) from None
 
     @contextmanager
     def reader(self):
+        """A read transaction; LMDB's errors inside it become one StoreError naming the store."""
         while True:
             try:
                 txn = self.env.begin()
@@ -361,6 +486,9 @@ class Store:
                 self.env.set_mapsize(0)
         try:
             yield txn
+        except lmdb.Error as exc:
+            raise StoreError(_damaged(self.path, exc) if isinstance(exc, _DAMAGE)
+                             else f"reading the store at {self.path} failed ({exc})") from None
         finally:
             txn.abort()
 
@@ -393,6 +521,7 @@ class Store:
             if record:
                 info = {"magic": MAGIC, "format": FORMAT_VERSION, "settings": settings, "totals": dict(_ZERO_TOTALS)}
                 txn.put(b"info", pack(info), db=self.db["meta"])
+                txn.put(_CHECK, b"0 0", db=self.db["meta"])
             return settings
         recorded = unpack(raw)["settings"]
         for key in sorted(set(recorded) | set(settings)):
@@ -410,29 +539,70 @@ class Store:
     # -- counts --------------------------------------------------------------------
     def add_counts(self, txn, counts) -> Tuple[int, int]:
         """Adds ``counts`` (a dict, or (pretoken, count) pairs best in key order) inside
-        ``txn``; returns how many pretokens were new and their bytes."""
+        ``txn``; returns how many pretokens were new and their bytes.  A negative count takes
+        back what was counted: a pretoken that falls to 0 is removed (and counts as -1 new)."""
         words, longwords, max_key = self.db["words"], self.db["longwords"], self.max_key
-        new = new_bytes = 0
+        new = new_bytes = added = 0
         pairs = ((k, counts[k]) for k in sorted(counts)) if isinstance(counts, dict) else counts
         for key, n in pairs:
+            added += n
             if len(key) <= max_key and key:
                 old = txn.get(key, db=words)
                 if old is None:
+                    if n <= 0:
+                        raise self._not_counted(key)
                     new += 1
                     new_bytes += len(key)
                     txn.put(key, _u64(n), db=words)
                 else:
-                    txn.put(key, _u64(int.from_bytes(old, "little") + n), db=words)
+                    total = int.from_bytes(old, "little") + n
+                    if total > 0:
+                        txn.put(key, _u64(total), db=words)
+                    elif total == 0:
+                        txn.delete(key, db=words)
+                        new -= 1
+                        new_bytes -= len(key)
+                    else:
+                        raise self._not_counted(key)
             else:
                 digest = _digest(key)
                 old = txn.get(digest, db=longwords)
                 if old is None:
+                    if n <= 0:
+                        raise self._not_counted(key)
                     new += 1
                     new_bytes += len(key)
                     txn.put(digest, _u64(n) + key, db=longwords)
                 else:
-                    txn.put(digest, _u64(int.from_bytes(old[:8], "little") + n) + key, db=longwords)
+                    total = int.from_bytes(old[:8], "little") + n
+                    if total > 0:
+                        txn.put(digest, _u64(total) + key, db=longwords)
+                    elif total == 0:
+                        txn.delete(digest, db=longwords)
+                        new -= 1
+                        new_bytes -= len(key)
+                    else:
+                        raise self._not_counted(key)
+        self._bump_check(txn, added, new)
         return new, new_bytes
+
+    def _not_counted(self, key: bytes) -> StoreError:
+        return StoreError(_damaged(self.path, f"taking back counts of {key[:40]!r} that it does not hold"))
+
+    def _check_record(self, txn) -> Optional[Tuple[int, int]]:
+        raw = txn.get(_CHECK, db=self.db["meta"])
+        if raw is None:
+            return None
+        try:
+            total, entries = map(int, bytes(raw).split())
+        except ValueError:
+            raise StoreError(_damaged(self.path, "its check record is not two numbers")) from None
+        return total, entries
+
+    def _bump_check(self, txn, added: int, new: int) -> None:
+        record = self._check_record(txn)
+        if record is not None:
+            txn.put(_CHECK, b"%d %d" % (record[0] + added, record[1] + new), db=self.db["meta"])
 
     def add_batch(self, counts: dict, sources: dict, totals: dict, before=None) -> int:
         """Adds ``counts`` (pretoken bytes -> count) with the source records and totals they
@@ -522,17 +692,35 @@ class Store:
             return int.from_bytes(raw[:8], "little") if raw else 0
 
     def iter_words(self, txn, min_count: int = 1) -> Iterator[Tuple[bytes, int]]:
-        """Every (pretoken, count) with count >= ``min_count``, short ones in byte order first."""
+        """Every (pretoken, count) with count >= ``min_count``, short ones in byte order first.
+
+        Decoded with checks, since LMDB keeps no checksums: no count is above the sum of all
+        counts the check record holds (a flipped high bit), a long pretoken's bytes match its
+        digest, and once every entry has been read, their number and the sum of their counts
+        must be the check record's -- else a StoreError says the store is damaged."""
+        record = self._check_record(txn)
+        bound = record[0] if record is not None else 1 << 64
+        total = 0
         with txn.cursor(db=self.db["words"]) as cur:
             for key, value in cur:
                 n = int.from_bytes(value, "little")
+                total += n
+                if n > bound:
+                    raise StoreError(_damaged(self.path, f"the count of {bytes(key)[:40]!r} is above the sum of all counts"))
                 if n >= min_count:
                     yield bytes(key), n
         with txn.cursor(db=self.db["longwords"]) as cur:
-            for _digest_key, value in cur:
-                n = int.from_bytes(value[:8], "little")
+            for digest, value in cur:
+                word, n = bytes(value[8:]), int.from_bytes(value[:8], "little")
+                total += n
+                if n > bound or len(value) < 8 or _digest(word) != digest:
+                    raise StoreError(_damaged(self.path, f"the record of the long pretoken {word[:40]!r} is garbled"))
                 if n >= min_count:
-                    yield bytes(value[8:]), n
+                    yield word, n
+        if record is not None and (total, self.unique_words(txn)) != record:
+            raise StoreError(_damaged(
+                self.path, f"its counts add up to {total:,} in {self.unique_words(txn):,} pretokens, its check record "
+                f"says {record[0]:,} in {record[1]:,}"))
 
     def unique_words(self, txn=None) -> int:
         if txn is None:
