@@ -171,7 +171,10 @@ class LocalRunner:
         while self._idle and self._unsent:
             worker, task = self._idle.pop(), self._unsent.popleft()
             task.fn, task.args, fn, args = None, None, task.fn, task.args  # the parent keeps no copy
-            worker.conn.send((fn, args))
+            try:
+                worker.conn.send((fn, args))
+            except OSError:  # (a BrokenPipeError here is a dead worker, not a closed stdout)
+                raise worker.lost() from None
             self._busy[worker.conn] = (worker, task)
 
     def close(self) -> None:

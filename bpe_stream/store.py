@@ -60,6 +60,8 @@ _PENDING = b"pending"  # in meta: the staged batch's source records and totals
 # changes a count and compared by iter_words at its end: LMDB has no checksums, and a bit
 # flipped inside a count changes the sum.  Stores from before it have none and go unchecked.
 _CHECK = b"check"
+_SOURCE_DIGESTS = b"source-digests/"  # in meta: + a source key -> its record's DIGEST_FIELDS
+DIGEST_FIELDS = ("digest", "chain", "head")
 _STAGED = b"staged/"  # in meta: + 4-byte big-endian chunk number -> msgpack [keys, counts]
 
 
@@ -168,7 +170,7 @@ def _open_env(path: str, map_size: int, readonly: bool, create: bool, lock: bool
     )
 
 
-_LMDB_FILES = {"data.mdb", "lock.mdb"}
+_LMDB_FILES = {"data.mdb", "lock.mdb", "claims.lock"}  # (claims.lock: sources.Claims)
 
 
 def _write_failed(path: str, exc: Exception) -> str:
@@ -729,17 +731,43 @@ class Store:
         return txn.stat(self.db["words"])["entries"] + txn.stat(self.db["longwords"])["entries"]
 
     # -- sources -------------------------------------------------------------------
-    def source(self, txn, key: bytes) -> Optional[dict]:
+    # A file's record holds numbers (and ``done``); the digests of its content that
+    # ``bpe_stream.sources`` keeps beside them live in ``meta`` under _SOURCE_DIGESTS + key,
+    # written and removed together with the record.  ``digests=True`` reads them back in.
+    def source(self, txn, key: bytes, digests: bool = False) -> Optional[dict]:
         raw = txn.get(key, db=self.db["sources"])
-        return unpack(raw) if raw is not None else None
+        if raw is None:
+            return None
+        record = unpack(raw)
+        return self._with_digests(txn, key, record) if digests else record
+
+    def _with_digests(self, txn, key: bytes, record):
+        raw = txn.get(_SOURCE_DIGESTS + key, db=self.db["meta"])
+        if raw is not None and isinstance(record, dict):
+            extra = unpack(raw)
+            if isinstance(extra, dict):
+                record = dict(record, **{k: extra[k] for k in DIGEST_FIELDS if k in extra})
+        return record
 
     def put_source(self, txn, key: bytes, record: dict) -> None:
-        txn.put(key, pack(record), db=self.db["sources"])
+        """Writes a record; its digest fields (if any) go beside it, others' are removed."""
+        extra = {k: record[k] for k in DIGEST_FIELDS if k in record}
+        txn.put(key, pack({k: v for k, v in record.items() if k not in DIGEST_FIELDS}), db=self.db["sources"])
+        if extra:
+            txn.put(_SOURCE_DIGESTS + key, pack(extra), db=self.db["meta"])
+        else:
+            txn.delete(_SOURCE_DIGESTS + key, db=self.db["meta"])
 
-    def iter_sources(self, txn) -> Iterator[Tuple[bytes, dict]]:
+    def delete_source(self, txn, key: bytes) -> None:
+        txn.delete(key, db=self.db["sources"])
+        txn.delete(_SOURCE_DIGESTS + key, db=self.db["meta"])
+
+    def iter_sources(self, txn, digests: bool = False) -> Iterator[Tuple[bytes, dict]]:
         with txn.cursor(db=self.db["sources"]) as cur:
             for key, value in cur:
-                yield bytes(key), unpack(value)
+                key = bytes(key)
+                record = unpack(value)
+                yield key, (self._with_digests(txn, key, record) if digests else record)
 
     # -- training checkpoints ------------------------------------------------------
     def get_train(self, key: bytes, txn=None):

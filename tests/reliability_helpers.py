@@ -52,9 +52,11 @@ _GPT2 = regex.compile(GPT2_PATTERN)
 #   between the writes of a command that writes several files);
 # * ``pause_after_batch``: ``{"n": N, "marker": PATH}``: right after the N-th batch of counts is
 #   committed (``Store.add_batch`` returned), write PATH and wait there until a signal comes, so
-#   that a test can send SIGINT at exactly that moment;
+#   that a test can send SIGINT at exactly that moment; with ``"until": PATH2``, go on once
+#   PATH2 exists (so that another process can run in between);
 # * ``pause_in_task``: ``{"function": "module.name", "n": N, "marker": PATH}``: the N-th call of
-#   that task function in a process (a worker's N-th task) writes PATH and waits there;
+#   that task function in a process (a worker's N-th task) writes PATH and waits there (before
+#   the call; with ``"after": true``, after it returned); ``"until"`` as above;
 # * ``piece_chars``: encode pieces of that many bytes instead of 1 MiB (``encoding.PIECE_CHARS``).
 KNOBS_PRELUDE = r"""
 import json, os, signal, sys, time
@@ -93,12 +95,12 @@ if "hwm_file" in knobs:
         with open(knobs["hwm_file"], "w") as f:
             f.write(hwm)
     atexit.register(report_hwm)
-def wait_here(marker):
+def wait_here(marker, until=None):
     with open(marker + ".tmp", "w") as f:  # the marker appears whole, holding this process's id
         f.write(str(os.getpid()))
     os.rename(marker + ".tmp", marker)
-    while True:
-        time.sleep(3600)
+    while until is None or not os.path.exists(until):
+        time.sleep(3600 if until is None else 0.01)
 
 if "pause_after_batch" in knobs:
     pause, _add_batch, batches = knobs["pause_after_batch"], store.Store.add_batch, [0]
@@ -106,7 +108,7 @@ if "pause_after_batch" in knobs:
         result = _add_batch(self, *args, **kwargs)
         batches[0] += 1
         if batches[0] == pause["n"]:
-            wait_here(pause["marker"])
+            wait_here(pause["marker"], pause.get("until"))
         return result
     store.Store.add_batch = add_batch_then_pause
 if "pause_in_task" in knobs:
@@ -117,9 +119,12 @@ if "pause_in_task" in knobs:
     task = getattr(module, name)
     def task_then_pause(*args, **kwargs):
         calls[0] += 1
-        if calls[0] == pause["n"]:
-            wait_here(pause["marker"])
-        return task(*args, **kwargs)
+        if calls[0] == pause["n"] and not pause.get("after"):
+            wait_here(pause["marker"], pause.get("until"))
+        result = task(*args, **kwargs)
+        if calls[0] == pause["n"] and pause.get("after"):
+            wait_here(pause["marker"], pause.get("until"))
+        return result
     task_then_pause.__module__, task_then_pause.__qualname__ = module_name, name  # pickled by name
     setattr(module, name, task_then_pause)
 if "piece_chars" in knobs:
