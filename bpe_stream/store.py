@@ -242,11 +242,15 @@ def pack(obj) -> bytes:
     return msgpack.packb(obj, use_bin_type=True)
 
 
+class _Garbled(StoreError):
+    """A record that does not decode; the store's methods name the store in its place."""
+
+
 def unpack(data: bytes):
     try:
         return msgpack.unpackb(data, raw=False, strict_map_key=False)
     except Exception as exc:  # msgpack raises several unrelated types on garbage
-        raise StoreError(f"a store record is damaged ({exc})") from None
+        raise _Garbled(f"a record does not decode: {exc}") from None
 
 
 def _u64(value: int) -> bytes:
@@ -352,7 +356,7 @@ class Store:
                 _check_structure(env, path)
             try:
                 meta, blank = _retrying(env, lambda: cls._inspect(env))
-            except _DAMAGE as exc:
+            except (_DAMAGE + (_Garbled,)) as exc:
                 raise StoreError(_damaged(path, exc)) from None
             if exists and meta is None and not blank:
                 raise StoreError(f"{path} is an LMDB database but not a bpe-stream store; choose another --store")
@@ -472,7 +476,7 @@ class Store:
                     raise WriteFailed(_write_failed(self.path, exc), str(exc)) from None
             except lmdb.MapResizedError:
                 self.env.set_mapsize(0)
-            except _DAMAGE as exc:
+            except (_DAMAGE + (_Garbled,)) as exc:
                 raise StoreError(_damaged(self.path, exc)) from None
             except lmdb.Error as exc:
                 raise WriteFailed(_write_failed(self.path, exc), str(exc)) from None
@@ -488,6 +492,8 @@ class Store:
                 self.env.set_mapsize(0)
         try:
             yield txn
+        except _Garbled as exc:
+            raise StoreError(_damaged(self.path, exc)) from None
         except lmdb.Error as exc:
             raise StoreError(_damaged(self.path, exc) if isinstance(exc, _DAMAGE)
                              else f"reading the store at {self.path} failed ({exc})") from None
@@ -548,48 +554,24 @@ class Store:
         pairs = ((k, counts[k]) for k in sorted(counts)) if isinstance(counts, dict) else counts
         for key, n in pairs:
             added += n
-            if len(key) <= max_key and key:
-                old = txn.get(key, db=words)
+            # Long pretokens go under their digest, the count followed by the pretoken itself.
+            short = len(key) <= max_key and key
+            db_key, db = (key, words) if short else (_digest(key), longwords)
+            old = txn.get(db_key, db=db)
+            total = n if old is None else int.from_bytes(old[:8], "little") + n
+            if total > 0:
+                txn.put(db_key, _u64(total) if short else _u64(total) + key, db=db)
                 if old is None:
-                    if n <= 0:
-                        raise self._not_counted(key)
                     new += 1
                     new_bytes += len(key)
-                    txn.put(key, _u64(n), db=words)
-                else:
-                    total = int.from_bytes(old, "little") + n
-                    if total > 0:
-                        txn.put(key, _u64(total), db=words)
-                    elif total == 0:
-                        txn.delete(key, db=words)
-                        new -= 1
-                        new_bytes -= len(key)
-                    else:
-                        raise self._not_counted(key)
+            elif total == 0 and old is not None:
+                txn.delete(db_key, db=db)
+                new -= 1
+                new_bytes -= len(key)
             else:
-                digest = _digest(key)
-                old = txn.get(digest, db=longwords)
-                if old is None:
-                    if n <= 0:
-                        raise self._not_counted(key)
-                    new += 1
-                    new_bytes += len(key)
-                    txn.put(digest, _u64(n) + key, db=longwords)
-                else:
-                    total = int.from_bytes(old[:8], "little") + n
-                    if total > 0:
-                        txn.put(digest, _u64(total) + key, db=longwords)
-                    elif total == 0:
-                        txn.delete(digest, db=longwords)
-                        new -= 1
-                        new_bytes -= len(key)
-                    else:
-                        raise self._not_counted(key)
+                raise StoreError(_damaged(self.path, f"taking back counts of {key[:40]!r} that it does not hold"))
         self._bump_check(txn, added, new)
         return new, new_bytes
-
-    def _not_counted(self, key: bytes) -> StoreError:
-        return StoreError(_damaged(self.path, f"taking back counts of {key[:40]!r} that it does not hold"))
 
     def _check_record(self, txn) -> Optional[Tuple[int, int]]:
         raw = txn.get(_CHECK, db=self.db["meta"])
