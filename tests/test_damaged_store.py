@@ -17,7 +17,6 @@ from __future__ import annotations
 import json
 import os
 import random
-import shutil
 import struct
 import subprocess
 import sys
@@ -25,6 +24,7 @@ import sys
 import lmdb
 import pytest
 import reliability_helpers as H
+from mounts import mounted
 from reliability_helpers import EOT, Cmd
 
 
@@ -162,19 +162,9 @@ def test_flipped_bits_in_a_store_end_in_a_result_or_one_error_line_never_a_signa
 # -- full disk ---------------------------------------------------------------------------------
 @pytest.fixture
 def small_tmpfs(tmp_path):
-    """A 256 kB tmpfs (needs root and a working mount(8)); yields its mount point."""
-    point = tmp_path / "tmpfs"
-    point.mkdir()
-    if os.geteuid() != 0 or shutil.which("mount") is None:
-        pytest.skip("a small tmpfs needs root and mount(8)")
-    res = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(point)], capture_output=True,
-                         check=False)
-    if res.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {res.stderr.decode().strip()}")
-    try:
+    """A 256 kB tmpfs; yields its mount point."""
+    with mounted(tmp_path / "tmpfs", ["-t", "tmpfs", "-o", "size=256k", "tmpfs"]) as point:
         yield point
-    finally:
-        subprocess.run(["umount", "-l", str(point)], capture_output=True, check=False)
 
 
 def _fill(point, leave_pages: int):

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 import reliability_helpers as H
+from mounts import mounted
 from reliability_helpers import EOT, Cmd
 
 from bpe_stream import Tokenizer
@@ -59,19 +60,8 @@ def locked_out(request, writable, tmp_path):
     source = tmp_path / "src"
     shutil.copytree(store.parent, source)
     if request.param == "read-only-mount":
-        if shutil.which("mount") is None:
-            pytest.skip("no mount(8)")
-        point = tmp_path / "ro"
-        point.mkdir()
-        for argv in (["mount", "--bind", str(source), str(point)], ["mount", "-o", "remount,bind,ro", str(point)]):
-            res = subprocess.run(argv, capture_output=True, check=False)
-            if res.returncode != 0:
-                subprocess.run(["umount", str(point)], capture_output=True, check=False)
-                pytest.skip(f"cannot make a read-only bind mount here: {res.stderr.decode().strip()}")
-        try:
+        with mounted(tmp_path / "ro", ["--bind", str(source)], ["-o", "remount,bind,ro"]) as point:
             yield point / "store", lambda cmd: H.run(cmd, tmp_path)
-        finally:
-            subprocess.run(["umount", "-l", str(point)], capture_output=True, check=False)
         return
     setpriv = shutil.which("setpriv")
     if setpriv is None or subprocess.run(["id", "-u"], capture_output=True).stdout.strip() != b"0":

@@ -16,7 +16,6 @@ lets it go on), never through a delay.
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 from collections import Counter
 from pathlib import Path
@@ -307,6 +306,18 @@ def test_fuzz_a_file_grown_in_steps_is_counted_exactly_once(tmp_path_factory, pa
         assert totals == _textbook_totals([grown], settings_), (parts, grown)
 
 
+def _killed_after_batch(store, f, n: int, knobs: dict, cwd) -> None:
+    """Runs ``count f`` until right after its ``n``-th committed batch, then kill -9."""
+    marker = cwd / "paused"
+    proc = H.start(Cmd("count", "--store", store, "--special-token", EOT, "--max-memory", "1M", "-w", "1", f,
+                       knobs=dict(knobs, pause_after_batch={"n": n, "marker": str(marker)})), cwd)
+    try:
+        _wait_for(marker, proc)
+    finally:
+        H.kill_group(proc)
+    marker.unlink()
+
+
 def test_a_grown_file_killed_mid_count_and_rerun_is_counted_exactly(tmp_path, three_files):
     """A nightly run over a growing file, killed after its first batch: the store holds exactly
     the counts of a prefix of the grown file (the take-back and the first batch were committed
@@ -319,13 +330,7 @@ def test_a_grown_file_killed_mid_count_and_rerun_is_counted_exactly(tmp_path, th
     knobs = {"range_bytes": 16 << 10}
     _ok(_count(store, f, cwd=tmp_path, knobs=knobs, extra=("--max-memory", "1M")))
     f.write_bytes(data)
-    marker = tmp_path / "paused"
-    proc = H.start(Cmd("count", "--store", store, "--special-token", EOT, "--max-memory", "1M", "-w", "1", f,
-                       knobs=dict(knobs, pause_after_batch={"n": 2, "marker": str(marker)})), tmp_path)
-    try:
-        _wait_for(marker, proc)
-    finally:
-        H.kill_group(proc)
+    _killed_after_batch(store, f, 2, knobs, tmp_path)
     offsets = H.check_partial_state(H.snapshot(store), H.PrefixOracle({name: data}))
     assert 60_003 - 200 < offsets[name] < len(data), offsets
     _ok(_count(store, f, cwd=tmp_path, knobs=knobs))
@@ -336,14 +341,8 @@ def test_a_file_appended_to_after_a_killed_count_resumes_exactly(tmp_path, three
     name = list(three_files)[0]
     f, data = Path(name), three_files[name]
     f.write_bytes(data[:100_000])
-    store, marker = tmp_path / "store", tmp_path / "paused"
-    knobs = {"range_bytes": 16 << 10}
-    proc = H.start(Cmd("count", "--store", store, "--special-token", EOT, "--max-memory", "1M", "-w", "1", f,
-                       knobs=dict(knobs, pause_after_batch={"n": 1, "marker": str(marker)})), tmp_path)
-    try:
-        _wait_for(marker, proc)
-    finally:
-        H.kill_group(proc)
+    store, knobs = tmp_path / "store", {"range_bytes": 16 << 10}
+    _killed_after_batch(store, f, 1, knobs, tmp_path)
     f.write_bytes(data)
     _ok(_count(store, f, cwd=tmp_path, knobs=knobs))
     assert _state(store) == _clean([data])
