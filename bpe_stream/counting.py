@@ -66,7 +66,7 @@ from .pretokenize import (
 )
 from .reader import CHUNK_BYTES, InputError, Source, decode_chunks, to_bytes
 from .sources import Claims, FilePlan, feed, plan_files, range_hasher
-from .store import Store
+from .store import Store, StoreError
 
 # Bytes one counter entry costs in CPython (a str key of ~8 characters, a dict slot, an
 # int), measured with tracemalloc on generated web text (105), rounded up.
@@ -638,6 +638,13 @@ def _take_back(store: Store, plan: FilePlan, settings: dict) -> None:
     to the cut, in one batch: the same state a count cut off there would have left."""
     cut, old_end, was_done = plan.take_back
     old = count_range(plan.source.name, cut, old_end, settings, bytes_keys=True)
+    with store.reader() as txn:  # checked first: a staged batch that cannot apply would stay
+        short = next((k for k, n in old.counter.items() if store.count_of(k, txn) < n), None)
+    if short is not None:
+        raise StoreError(
+            f"the store at {store.path} holds fewer counts of {short[:40]!r} than {plan.source.name} gave it "
+            "when it was counted; count the grown file with --recount, or into a new store"
+        )
     totals = {"bytes": cut - old_end, "pretokens": -old.pretokens, "specials": -old.specials,
               "documents": -old.specials - (1 if was_done else 0)}
     store.add_batch({k: -n for k, n in old.counter.items()}, {plan.source.key: plan.record_at(cut, False)}, totals)

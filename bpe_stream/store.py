@@ -667,13 +667,15 @@ class Store:
             totals[key] = totals.get(key, 0) + value
         txn.put(b"info", pack(info), db=self.db["meta"])
 
-    def count_of(self, pretoken: bytes) -> int:
-        with self.reader() as txn:
-            if pretoken and len(pretoken) <= self.max_key:
-                raw = txn.get(pretoken, db=self.db["words"])
-                return int.from_bytes(raw, "little") if raw else 0
-            raw = txn.get(_digest(pretoken), db=self.db["longwords"])
-            return int.from_bytes(raw[:8], "little") if raw else 0
+    def count_of(self, pretoken: bytes, txn=None) -> int:
+        if txn is None:
+            with self.reader() as t:
+                return self.count_of(pretoken, t)
+        if pretoken and len(pretoken) <= self.max_key:
+            raw = txn.get(pretoken, db=self.db["words"])
+            return int.from_bytes(raw, "little") if raw else 0
+        raw = txn.get(_digest(pretoken), db=self.db["longwords"])
+        return int.from_bytes(raw[:8], "little") if raw else 0
 
     def iter_words(self, txn, min_count: int = 1) -> Iterator[Tuple[bytes, int]]:
         """Every (pretoken, count) with count >= ``min_count``, short ones in byte order first.

@@ -383,3 +383,19 @@ def test_library_refusal_is_an_input_error_naming_recount(tmp_path):
         f.write_bytes(b"one TWO three\n")
         with pytest.raises(Refused, match="--recount"):
             count_sources(st_, [Source.from_arg(str(f))], gpt2)
+
+
+def test_a_grown_file_whose_old_counts_the_store_no_longer_holds_is_one_error(tmp_path):
+    """Taking back the old tail needs its counts in the store; if they are not there (a store
+    edited by hand or damaged), the count stops before writing anything, naming --recount."""
+    f = tmp_path / "f.txt"
+    f.write_bytes(b"some words and a tail")
+    store = tmp_path / "store"
+    _ok(_count(store, f, cwd=tmp_path))
+    with Store.open(store) as st_:
+        st_.write(lambda txn: st_.add_counts(txn, {b" tail": -1}))
+    before = H.file_digest(store / "data.mdb")
+    with open(f, "ab") as out:
+        out.write(b"gate")
+    _one_error(_count(store, f, cwd=tmp_path), str(store), "--recount")
+    assert H.file_digest(store / "data.mdb") == before
