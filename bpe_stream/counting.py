@@ -593,12 +593,12 @@ def count_sources(
                 summary.skipped.append(source.name)
                 on_message(plan.skip)
                 continue
-            if plan.message:
-                on_message(plan.message)
             plan.begin()
             if plan.take_back is not None:
                 flush()
                 _take_back(store, plan, settings)
+            if plan.message:
+                on_message(plan.message)
             ranges = plan_ranges(source.name, plan.start, source.size, settings, range_bytes)
             for i, (a, b) in enumerate(ranges):
                 args = (source.name, a, b, settings, strict_utf8, chunk_bytes, True)
