@@ -83,11 +83,13 @@ def _interrupted(store, before: dict, sources):
     try:
         yield
     except KeyboardInterrupt:
-        after = store.totals()
-        kept = after.get("bytes", 0) - before.get("bytes", 0)
+        try:
+            kept = f"the {store.totals().get('bytes', 0) - before.get('bytes', 0):,} bytes"
+        except Exception:  # noqa: BLE001 - Ctrl-C is what to say, whatever reading the store says
+            kept = "what was"
         stdin = any(s.is_stdin for s in sources)
         typer.echo(
-            f"interrupted: the store keeps the {kept:,} bytes committed by this run"
+            f"interrupted: the store keeps {kept} committed by this run"
             + ("; stdin cannot be replayed, so feed only what follows them" if stdin else
                "; run the same command again to resume each file where it stopped"),
             err=True,

@@ -29,7 +29,9 @@ file meanwhile) is planned again.
 
 from __future__ import annotations
 
+import fcntl
 import os
+import struct
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Tuple
 
@@ -199,9 +201,6 @@ class Claims:
         return int.from_bytes(blake2b(b"%d:%d" % (source.dev, source.ino), digest_size=8).digest(), "little") >> 2
 
     def _lock(self, kind: int, offset: int) -> bool:
-        import fcntl
-        import struct
-
         if self.fd is None:
             return True
         try:
@@ -216,8 +215,6 @@ class Claims:
 
     def take(self, source: Source) -> bool:
         """Claims ``source``; False when another count holds it."""
-        import fcntl
-
         offset = self._offset(source)
         if offset in self.held or self._lock(fcntl.F_WRLCK, offset):
             self.held[offset] = source
@@ -225,8 +222,6 @@ class Claims:
         return False
 
     def drop(self, source: Source) -> None:
-        import fcntl
-
         offset = self._offset(source)
         if self.held.pop(offset, None) is not None:
             self._lock(fcntl.F_UNLCK, offset)

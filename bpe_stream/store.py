@@ -301,6 +301,25 @@ def _digest(pretoken: bytes) -> bytes:
     return blake2b(pretoken, digest_size=20).digest()
 
 
+@contextmanager
+def _sigint_deferred():
+    """Inside the block, SIGINT is held back and raised (KeyboardInterrupt) when it ends."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    held = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: held.append(frame))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        if held and callable(previous):
+            previous(signal.SIGINT, held[0])
+
+
 class Store:
     """An open store.  Use :meth:`open`; close it (or use ``with``) when done."""
 
@@ -445,14 +464,17 @@ class Store:
     def remap(self) -> None:
         """Closes and reopens the environment (no transaction may be open): pages of the file
         read or written so far stay mapped -- and count as this process's memory -- until
-        the map is dropped; the OS keeps them as cache."""
-        map_size = self.env.info()["map_size"]
-        self.env.close()
-        try:
-            self.env = _open_env(self.path, map_size, self.readonly, False, self.lock)
-        except lmdb.Error as exc:
-            raise StoreError(f"cannot reopen the store at {self.path}: {exc}") from None
-        self.db = _open_dbs(self.env, self.readonly, self.path)
+        the map is dropped; the OS keeps them as cache.  A Ctrl-C meanwhile takes effect once
+        the store is open again (it left a closed environment that the interrupted command
+        then failed to read its totals from)."""
+        with _sigint_deferred():
+            map_size = self.env.info()["map_size"]
+            self.env.close()
+            try:
+                self.env = _open_env(self.path, map_size, self.readonly, False, self.lock)
+            except lmdb.Error as exc:
+                raise StoreError(f"cannot reopen the store at {self.path}: {exc}") from None
+            self.db = _open_dbs(self.env, self.readonly, self.path)
 
     def __enter__(self):
         return self

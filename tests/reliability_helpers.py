@@ -96,9 +96,10 @@ if "hwm_file" in knobs:
             f.write(hwm)
     atexit.register(report_hwm)
 def wait_here(marker, until=None):
-    with open(marker + ".tmp", "w") as f:  # the marker appears whole, holding this process's id
+    tmp = f"{marker}.{os.getpid()}.tmp"  # the marker appears whole, holding this process's id
+    with open(tmp, "w") as f:  # (two workers may both get there)
         f.write(str(os.getpid()))
-    os.rename(marker + ".tmp", marker)
+    os.rename(tmp, marker)
     while until is None or not os.path.exists(until):
         time.sleep(3600 if until is None else 0.01)
 

@@ -110,7 +110,8 @@ def test_ctrl_c_during_encode_with_two_workers_stops_them_and_keeps_the_old_outp
     assert rc == 130, (rc, lines)
     assert len(lines) == 1 and lines[0].startswith("interrupted"), lines
     assert out.read_bytes() == b"the old output\n"
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["doc.txt", "out.ids", "paused"], "a temporary file was left"
+    left = sorted(p.name for p in tmp_path.iterdir() if not p.name.startswith("paused"))
+    assert left == ["doc.txt", "out.ids"], f"a temporary file was left: {left}"
 
 
 def test_a_worker_killed_from_outside_is_one_error_line_not_a_hang(tmp_path, files):
