@@ -63,6 +63,9 @@ def user_errors():
         yield
     except typer.Exit:
         raise
+    except KeyboardInterrupt:  # Ctrl-C: one line and the shell's status for SIGINT, no traceback
+        typer.echo("interrupted", err=True)
+        raise typer.Exit(130) from None
     except USER_ERRORS as exc:
         fail(str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
     except BrokenPipeError:
@@ -92,11 +95,13 @@ def _interrupted(store, before: dict, sources):
     try:
         yield
     except KeyboardInterrupt:
-        after = store.totals()
-        kept = after.get("bytes", 0) - before.get("bytes", 0)
+        try:
+            kept = f"the {store.totals().get('bytes', 0) - before.get('bytes', 0):,} bytes"
+        except Exception:  # noqa: BLE001 - Ctrl-C is what to say, whatever reading the store says
+            kept = "what was"
         stdin = any(s.is_stdin for s in sources)
         typer.echo(
-            f"interrupted: the store keeps the {kept:,} bytes committed by this run"
+            f"interrupted: the store keeps {kept} committed by this run"
             + ("; stdin cannot be replayed, so feed only what follows them" if stdin else
                "; run the same command again to resume each file where it stopped"),
             err=True,
@@ -249,7 +254,7 @@ def train(
             doc_boundaries=doc_boundaries, tie_break=tie_break, min_count=min_count, min_word_count=min_word_count,
         )
         base = load_any(from_tokenizer) if from_tokenizer else None
-        with Store.open(store_path(store)) as st:
+        with Store.open_for_update(store_path(store)) as st:  # read-only: no checkpoints
             bar = progress_bar(quiet, unit="merge", desc="train")
 
             def on_progress(batch, done, limit):

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import itertools
 import os
-from typing import Callable, List, Optional
+from typing import Callable, Dict, List, Optional, Tuple
 
 import typer
 
@@ -40,7 +40,10 @@ def export_counts(store: Store, output: str) -> tuple:
         if info is None:
             raise StoreError(f"the store at {store.path} is empty; run 'bpe-stream count' first")
         totals = info["totals"]
-        return write_counts(output, info["settings"], store.iter_words(txn), totals, store.unique_words(txn))
+        try:
+            return write_counts(output, info["settings"], store.iter_words(txn), totals, store.unique_words(txn))
+        except RuntimeError as exc:  # fewer lines than entries: a count of 0, which is never stored
+            raise StoreError(f"the store at {store.path} is damaged ({exc}); restore it from a copy") from None
 
 
 def import_counts(store: Store, paths: List[str], *, max_memory: int = parse_size(DEFAULT_BUDGET), again: bool = False,
@@ -99,12 +102,68 @@ def import_checked(store: Store, checked: List[CountsInfo], *, max_memory: int =
     return summary
 
 
+def _merge_key(src_path: str) -> bytes:
+    return b"merge:" + os.fsencode(os.path.realpath(src_path))
+
+
+def _what(key: bytes) -> str:
+    """A source record's key as the user knows it."""
+    for prefix, what in ((b"import:", "the counts file "), (b"merge:", "the store ")):
+        if key.startswith(prefix):
+            return what + os.fsdecode(key[len(prefix):])
+    return os.fsdecode(key)
+
+
+def _different_files(a: dict, b: dict) -> bool:
+    """Two records of one path that are different files by their first bytes (the same path on
+    two machines): their heads -- digests of as many first bytes -- differ."""
+    heads = [r.get("head") if isinstance(r, dict) else None for r in (a, b)]
+    return (all(isinstance(h, list) and len(h) == 2 for h in heads) and heads[0][0] == heads[1][0]
+            and heads[0][1] != heads[1][1])
+
+
+def check_counted_once(sources: List[Tuple[str, Store]], dest: Optional[Store] = None) -> None:
+    """Refuses (StoreError) to add up stores that hold the counts of one input twice: a file
+    counted into two of them (the same path, unless its first bytes tell different files
+    apart), a counts file imported or a store merged into two of them, or one of the sources
+    merged into another.  A destination's records count as one more store, but for the
+    sources it has begun merging already (a merge cut off, now resumed: it holds their copies)."""
+    seen: Dict[bytes, Tuple[str, dict]] = {}
+    started = set()
+    if dest is not None:
+        with dest.reader() as txn:
+            for key, record in dest.iter_sources(txn, digests=True):
+                seen[key] = (dest.path, record)
+                if key.startswith(b"merge:"):
+                    started.add(key)
+    merge_keys = {_merge_key(name): name for name, _ in sources}
+    for name, store in sources:
+        resumed = _merge_key(name) in started
+        with store.reader() as txn:
+            for key, record in store.iter_sources(txn, digests=True):
+                if merge_keys.get(key, name) != name:
+                    raise StoreError(f"{merge_keys[key]} was merged into {name} before; adding up both would count "
+                                     f"it twice: leave {merge_keys[key]} out")
+                earlier = seen.setdefault(key, (name, record))
+                if earlier[0] == name or _different_files(earlier[1], record):
+                    continue
+                if resumed and dest is not None and earlier[0] == dest.path:
+                    continue
+                raise StoreError(
+                    f"{_what(key)} was counted into both {earlier[0]} and {name}; adding them up would count it "
+                    "twice: merge only one of them (or pass --again to add everything all the same)"
+                )
+
+
 def merge_store(dest: Store, src_path: str, *, max_memory: int = parse_size(DEFAULT_BUDGET), again: bool = False,
                 on_message: Callable[[str], None] = lambda m: None) -> Optional[int]:
     """Adds the store at ``src_path`` into ``dest`` (same settings).  Returns the new unique
-    pretokens, or None when it was merged before."""
-    key = b"merge:" + os.fsencode(os.path.realpath(src_path))
+    pretokens, or None when it was merged before.  Unless ``again``, refuses (StoreError) when
+    both stores counted the same input (:func:`check_counted_once`)."""
+    key = _merge_key(src_path)
     with Store.open(src_path, readonly=True) as src, src.reader() as txn:
+        if not again:
+            check_counted_once([(src_path, src)], dest)
         info = src.info(txn)
         if info is None:
             raise StoreError(f"the store at {src_path} is empty; nothing to merge")
@@ -134,28 +193,48 @@ def merge_store(dest: Store, src_path: str, *, max_memory: int = parse_size(DEFA
                 adder.flush({"entries": done})
         # What the source store was made from comes along (files counted, imports, merges), so a
         # later count or merge of the same input into ``dest`` is skipped rather than doubled.
-        batch = []
-        for skey, srecord in src.iter_sources(txn):
+        batch, kept = [], [0]
+        for skey, srecord in src.iter_sources(txn, digests=True):
             batch.append((skey, srecord))
             if len(batch) >= 10000:
-                _copy_sources(dest, batch)
+                _copy_sources(dest, batch, kept)
                 batch = []
-        _copy_sources(dest, batch)
+        _copy_sources(dest, batch, kept)
+        if kept[0]:
+            on_message(f"note: {kept[0]:,} file(s) of {src_path} share a path with another file counted into "
+                       f"{dest.path} (their first bytes differ); the merged store keeps the record of the latter")
         totals = {k: int(info["totals"].get(k, 0)) for k in _TOTALS}
         adder.flush({"entries": done}, totals=totals, done=True)
         return adder.new
 
 
-def _copy_sources(dest: Store, records) -> None:
+def _copy_sources(dest: Store, records, kept: list) -> None:
     if not records:
         return
 
     def txn_fn(txn):
+        kept_here = 0
         for key, record in records:
-            if dest.source(txn, key) is None:
+            mine = dest.source(txn, key, digests=True)
+            if mine is None:
                 dest.put_source(txn, key, record)
+            elif mine != record:  # (equal: copied by this merge before it was cut off)
+                kept_here += 1
+        return kept_here
 
-    dest.write(txn_fn)
+    kept[0] += dest.write(txn_fn)
+
+
+def _check_merge(dest_path: str, sources: List[str]) -> None:
+    """:func:`check_counted_once` on the destination (if it exists) and all the sources."""
+    from contextlib import ExitStack
+
+    data = os.path.join(dest_path, "data.mdb")
+    with ExitStack() as stack:
+        dest = None
+        if os.path.isfile(data) and os.path.getsize(data):
+            dest = stack.enter_context(Store.open(dest_path, readonly=True))
+        check_counted_once([(p, stack.enter_context(Store.open(p, readonly=True))) for p in sources], dest)
 
 
 # -- commands ----------------------------------------------------------------------------
@@ -219,6 +298,8 @@ def merge_stores_cmd(
                     f"{src_path} was counted with other settings than {first} ({_settings_mismatch(settings, s)}); "
                     "only stores with the same settings add up"
                 )
+        if not again:  # before anything is added (or the destination created)
+            _check_merge(dest_path, sources)
         merged = new = 0
         with Store.open(dest_path, create=True) as dest:
             dest.ensure_settings(settings)

@@ -65,8 +65,9 @@ from .pretokenize import (
     segmenter,
     splittable,
 )
-from .reader import CHUNK_BYTES, Source, decode_chunks, to_bytes
-from .store import Store
+from .reader import CHUNK_BYTES, InputError, Source, decode_chunks, to_bytes
+from .sources import Claims, FilePlan, feed, plan_files, range_hasher
+from .store import Store, StoreError
 
 # Bytes one counter entry costs in CPython (a str key of ~8 characters, a dict slot, an
 # int), measured with tracemalloc on generated web text (105), rounded up.
@@ -117,6 +118,7 @@ class PartialCounts:
     pretokens: int = 0
     specials: int = 0
     bytes: int = 0
+    digest: Optional[bytes] = None  # of the range's bytes, as read (count_range)
 
     def to_bytes_keys(self) -> "PartialCounts":
         """Turns the counter into a plain dict keyed by the pretokens' bytes (``to_bytes``),
@@ -389,16 +391,18 @@ def count_text(text: str, settings: dict) -> Counter:
 
 
 class _Limited:
-    """A reader that stops after ``remaining`` bytes."""
+    """A reader that stops after ``remaining`` bytes, and hashes what it reads."""
 
     def __init__(self, f, remaining: int):
         self.f, self.remaining = f, remaining
+        self.hasher = range_hasher()
 
     def read(self, n: int) -> bytes:
         if self.remaining <= 0:
             return b""
         data = self.f.read(min(n, self.remaining))
         self.remaining -= len(data)
+        self.hasher.update(data)
         return data
 
 
@@ -410,9 +414,13 @@ def count_range(path: str, start: int, end: int, settings: dict, strict_utf8: bo
     doc = DocumentCounter(settings)
     with open(path, "rb") as f:
         f.seek(start)
-        for text, _, _, final in decode_chunks(_Limited(f, end - start), chunk_bytes, strict_utf8, start_offset=start):
+        limited = _Limited(f, end - start)
+        for text, _, _, final in decode_chunks(limited, chunk_bytes, strict_utf8, start_offset=start):
             doc.feed(text, final=final)
     doc.partial.bytes = end - start
+    # What was counted, so that the parent can tell the bytes it hashes for the file's record
+    # are these (a file written to while it is counted is an error, not a wrong digest).
+    doc.partial.digest = limited.hasher.digest()
     return doc.partial.to_bytes_keys() if bytes_keys else doc.partial
 
 
@@ -521,12 +529,18 @@ def count_sources(
     on_bytes: Callable[[int], None] = lambda n: None,
     on_message: Callable[[str], None] = lambda m: None,
 ) -> CountSummary:
-    """Counts ``sources`` into ``store`` (whose settings must equal ``settings``)."""
+    """Counts ``sources`` into ``store`` (whose settings must equal ``settings``).  What is
+    done with a file the store has seen before (skip, resume, count on after it grew, refuse)
+    and the claims that keep two counts from counting one file: :mod:`bpe_stream.sources`."""
     store.check_settings(settings)  # recorded with the first batch: a failed first run leaves none
     summary = CountSummary(workers=workers)
     started = time.monotonic()
     batch = _Batch()
     flush_at = flush_threshold(max_memory, workers if runner is None else getattr(runner, "workers", workers))
+    plans = plan_files(store, sources, settings, recount)  # every file decided before any is counted
+    plan_of = {id(p.source): p for p in plans}
+    claims = Claims(store.path)
+    finished: List[Source] = []  # claimed until the batch with their last counts is committed
 
     def flush():
         nonlocal batch
@@ -538,17 +552,30 @@ def count_sources(
                 current.counter, current.sources, current.totals, before=lambda txn: store.settings_in(txn, settings)
             )
             store.remap()
+        for source in finished:
+            claims.drop(source)
+        finished.clear()
         for key in ("bytes", "documents", "pretokens"):
             setattr(summary, key, getattr(summary, key) + current.totals[key])
 
     def take(meta, partial: PartialCounts):
-        source, end, last = meta
+        plan, start, end, last = meta
+        if plan is not None:
+            counted = feed(plan.source.name, start, end, plan.digest)[0]
+            if counted != partial.digest:
+                flush()  # what was counted before stays
+                raise InputError(
+                    f"{plan.source.name} changed while it was being counted (bytes {start:,} to {end:,}); "
+                    "run the same command again once nothing writes to it"
+                )
         batch.add(partial)
         on_bytes(partial.bytes)
         if last:
             batch.totals["documents"] += 1
-        if not source.is_stdin:
-            batch.sources[source.key] = dict(source.identity(), offset=end, done=last)
+        if plan is not None:
+            batch.sources[plan.source.key] = plan.record_at(end, last)
+            if last:
+                finished.append(plan.source)
         if batch.estimated_bytes() >= flush_at:
             flush()
 
@@ -563,38 +590,67 @@ def count_sources(
                 for meta, partial in _count_stdin(source, settings, runner, strict_utf8, chunk_bytes, range_bytes):
                     take(meta, partial)
                 continue
-            offset = _resume_offset(store, source, recount, summary, on_message)
-            if offset is None:
+            plan = _claimed_plan(store, claims, plan_of[id(source)], settings, recount)
+            if plan.skip is not None:
+                summary.skipped.append(source.name)
+                on_message(plan.skip)
                 continue
-            ranges = plan_ranges(source.name, offset, source.size, settings, range_bytes)
+            plan.begin()
+            if plan.take_back is not None:
+                flush()
+                _take_back(store, plan, settings)
+            if plan.message:
+                on_message(plan.message)
+            ranges = plan_ranges(source.name, plan.start, source.size, settings, range_bytes)
             for i, (a, b) in enumerate(ranges):
                 args = (source.name, a, b, settings, strict_utf8, chunk_bytes, True)
-                for meta, partial in runner.submit(count_range, args, (source, b, i == len(ranges) - 1)):
+                for meta, partial in runner.submit(count_range, args, (plan, a, b, i == len(ranges) - 1)):
                     take(meta, partial)
         for meta, partial in runner.drain():
             take(meta, partial)
+        flush()
     finally:
         runner.close()
-    flush()
+        claims.close()
     summary.seconds = time.monotonic() - started
     return summary
 
 
-def _resume_offset(store: Store, source: Source, recount: bool, summary: CountSummary, on_message) -> Optional[int]:
-    """Where to start counting a file: 0, its committed offset, or None to skip it."""
-    with store.reader() as txn:
-        record = store.source(txn, source.key)
-    same = record is not None and record.get("size") == source.size and record.get("mtime_ns") == source.mtime_ns
-    if not same or recount:
-        return 0
-    if record.get("done"):
-        summary.skipped.append(source.name)
-        on_message(f"skipped {source.name}: already counted (use --recount to count it again)")
-        return None
-    offset = record.get("offset", 0)
-    if offset:
-        on_message(f"resuming {source.name} at byte {offset:,}")
-    return offset
+def _claimed_plan(store: Store, claims: Claims, plan: FilePlan, settings: dict, recount: bool) -> FilePlan:
+    """The plan for a file once this process has claimed it (a file another count holds is
+    skipped; one whose record changed since the plan was made is planned again), with the
+    record moves or refreshes it asks for written.  A skipped file's claim is dropped."""
+    source = plan.source
+    if plan.skip is not None and not plan.refresh:
+        return plan
+    if not claims.take(source):
+        plan.skip, plan.refresh = f"skipped {source.name}: another count is counting it into this store right now", False
+        return plan
+    if not plan.unchanged(store):
+        plan = plan_files(store, [source], settings, recount)[0]
+    plan.settle(store)
+    if plan.skip is not None:
+        claims.drop(source)
+    return plan
+
+
+def _take_back(store: Store, plan: FilePlan, settings: dict) -> None:
+    """Takes the counts of a file's bytes ``[cut, old end)`` out of the store (with the end
+    of their document, when the file was counted whole), and records the file as committed up
+    to the cut, in one batch: the same state a count cut off there would have left."""
+    cut, old_end, was_done = plan.take_back
+    old = count_range(plan.source.name, cut, old_end, settings, bytes_keys=True)
+    with store.reader() as txn:  # checked first: a staged batch that cannot apply would stay
+        short = next((k for k, n in old.counter.items() if store.count_of(k, txn) < n), None)
+    if short is not None:
+        raise StoreError(
+            f"the store at {store.path} holds fewer counts of {short[:40]!r} than {plan.source.name} gave it "
+            "when it was counted; count the grown file with --recount, or into a new store"
+        )
+    totals = {"bytes": cut - old_end, "pretokens": -old.pretokens, "specials": -old.specials,
+              "documents": -old.specials - (1 if was_done else 0)}
+    store.add_batch({k: -n for k, n in old.counter.items()}, {plan.source.key: plan.record_at(cut, False)}, totals)
+    store.remap()
 
 
 def _count_stdin(source: Source, settings: dict, runner: LocalRunner, strict_utf8: bool, chunk_bytes: int,
@@ -610,7 +666,7 @@ def _count_stdin(source: Source, settings: dict, runner: LocalRunner, strict_utf
         nonlocal pieces, size, specials
         args = (pre, pieces, specials.specials, specials.bytes)
         pieces, size, specials = [], 0, PartialCounts()
-        yield from runner.submit(_count_pieces, args, (source, 0, last))
+        yield from runner.submit(_count_pieces, args, (None, 0, 0, last))
 
     for text, _, _, final in decode_chunks(source.open(), chunk_bytes, strict_utf8):
         for kind, value in splitter.feed(text, final=final):

@@ -153,7 +153,7 @@ class ParallelEncoder:
             for _, result in runner.drain():
                 yield result
         except BaseException:  # an error, or a reader that stopped: the next document must not get these results
-            runner.pending.clear()
+            runner.discard()
             raise
 
     def encode_stream(self, stream: BinaryIO, chunk_bytes: int = CHUNK_BYTES, strict: bool = False) -> Iterator[List[int]]:

@@ -152,6 +152,9 @@ def plan_training(
             f"note: the pair index alone is estimated at {index_need / 1e6:,.0f} MB, over the budget of "
             f"{budget / 1e6:,.0f} MB; training stays exact but may page (raise --max-memory if you can)"
         )
+    if store.readonly:
+        messages.append(f"the store at {store.path} cannot be written here: training without checkpoints "
+                        "(--resume cannot continue this run)")
     return TrainPlan(
         config=config, settings=settings, limit=limit, fingerprint=fingerprint, forced=tuple(forced),
         resumed=resumed, path=path, reason=reason, engine=engine, budget=budget, unique=unique, symbols=symbols,
@@ -199,13 +202,23 @@ def _choose_path(path: str, engine: str, unique: int, symbols: int, budget: int)
     return path, reason, (memory if path == "memory" else "disk"), need
 
 
+def _scratch_dir(store: Store) -> str:
+    """Where the disk path's sequence table goes: beside the store, or in the temporary
+    directory ($TMPDIR) when the store cannot be written here."""
+    if store.readonly:
+        import tempfile
+
+        return tempfile.mkdtemp(prefix="bpe-stream-train-scratch-")
+    return os.path.join(store.path, "train-scratch")
+
+
 def load_engine(store: Store, plan: TrainPlan, txn) -> MergeEngine:
     """The plan's engine with the store's words loaded, read in ``txn`` (the plan's)."""
     config = plan.config
     tokens, marker = config.base_tokens(), config.marker_id()
     if plan.engine == "disk":
         engine = DiskEngine(
-            tokens, marker, config.tie_break, os.path.join(store.path, "train-scratch"),
+            tokens, marker, config.tie_break, _scratch_dir(store),
             mapped_budget=plan.budget - plan.index_estimate,  # what the pair index leaves for the table's pages
             size_hint=4 * plan.symbols + 40 * plan.unique,  # the table: symbols, and a count and key per word
         )

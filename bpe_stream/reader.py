@@ -1,6 +1,6 @@
 """Reading files and stdin as text chunks, byte-exactly.
 
-Owns: the identity of a source (path, size, modification time), opening it at a byte
+Owns: the identity of a source (real path, device and inode, size, modification time), opening it at a byte
 offset, and decoding its bytes in fixed-size chunks with an incremental UTF-8 decoder.
 Bytes that are not UTF-8 become lone surrogates (``surrogateescape``) and turn back into
 the same bytes on the way out, so nothing is replaced or lost; a character cut by a
@@ -43,6 +43,8 @@ class Source:
     size: int = 0
     mtime_ns: int = 0
     stream: bool = False  # a pipe or device named by path: /dev/stdin, <(zcat f.gz)
+    dev: int = 0  # with ino: the same file under any name (a hard link, ./f and $PWD/f)
+    ino: int = 0
 
     @property
     def is_stdin(self) -> bool:
@@ -66,10 +68,10 @@ class Source:
             raise InputError(f"{arg}: permission denied; make it readable or leave it out")
         if not stat.S_ISREG(st.st_mode):
             return cls(arg, b"-", stream=True)
-        return cls(arg, os.fsencode(os.path.realpath(arg)), st.st_size, st.st_mtime_ns)
+        return cls(arg, os.fsencode(os.path.realpath(arg)), st.st_size, st.st_mtime_ns, dev=st.st_dev, ino=st.st_ino)
 
     def identity(self) -> dict:
-        return {"size": self.size, "mtime_ns": self.mtime_ns}
+        return {"size": self.size, "mtime_ns": self.mtime_ns, "dev": self.dev, "ino": self.ino}
 
     @contextmanager
     def reading(self, offset: int = 0) -> Iterator[BinaryIO]:

@@ -1,45 +1,185 @@
-"""Running units of work (counting a range, encoding a piece) on a process pool.
+"""Running units of work (counting a range, encoding a piece) on worker processes.
 
 Results come back in submission order, with a bounded number of tasks in flight, so the
 caller can merge or write them as a stream in bounded memory.  One worker runs inline.
+
+The workers are forked processes of our own, each with a private pipe, not a
+``multiprocessing.Pool``: a Pool's workers share queues guarded by locks, and its teardown
+joins threads that read those queues.  Ctrl-C reaches the whole process group, so it stopped
+Pool workers in the middle of a message -- each printed a traceback, and about one run in six
+``terminate()`` then waited forever on a lock or half a message.  Here a worker ignores SIGINT
+(the parent alone decides what an interrupt means), shares nothing with the other workers,
+and is stopped with SIGKILL when the parent is done or interrupted; all that is waited for
+then is the exit of a killed process.
 """
 
 from __future__ import annotations
 
+import os
+import signal
 from collections import deque
-from typing import Iterable
+from multiprocessing.connection import Pipe, wait
+from typing import Iterable, List
+
+
+class WorkerLost(ChildProcessError):
+    """A worker process ended in the middle of a task (killed from outside, out of memory)."""
+
+
+def _serve(conn) -> None:
+    """A worker's loop: ``(fn, args)`` in, ``(True, result)`` or ``(False, exception)`` out."""
+    while True:
+        try:
+            fn, args = conn.recv()
+        except (EOFError, OSError):  # the parent closed its end or is gone
+            return
+        try:
+            reply = (True, fn(*args))
+        except BaseException as exc:  # noqa: BLE001 - handed to the parent, which raises it
+            reply = (False, exc)
+        try:
+            conn.send(reply)
+        except (EOFError, OSError):
+            return
+        except Exception as exc:  # noqa: BLE001 - the result or the exception does not pickle
+            conn.send((False, RuntimeError(f"a worker's result could not be sent back: {type(exc).__name__}: {exc}")))
+
+
+class _Worker:
+    """One forked worker process and the parent's end of its pipe."""
+
+    def __init__(self, siblings: List["_Worker"]):
+        parent_end, child_end = Pipe(duplex=True)
+        pid = os.fork()
+        if pid == 0:  # the worker
+            try:
+                signal.signal(signal.SIGINT, signal.SIG_IGN)
+                # Only the parent may hold the parent's ends: a worker whose parent died then
+                # reads end-of-file and exits instead of waiting forever.
+                for conn in [parent_end] + [w.conn for w in siblings]:
+                    conn.close()
+                _serve(child_end)
+            finally:
+                os._exit(0)  # never the parent's exit handlers (atexit, temporary files, tqdm)
+        child_end.close()
+        self.pid = pid
+        self.conn = parent_end
+
+    def stop(self) -> None:
+        """SIGKILL and reap: a worker holds nothing that needs a clean shutdown."""
+        try:
+            os.kill(self.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        try:
+            os.waitpid(self.pid, 0)
+        except ChildProcessError:
+            pass
+        self.conn.close()
+
+    def lost(self) -> WorkerLost:
+        try:
+            _, status = os.waitpid(self.pid, 0)
+        except ChildProcessError:
+            status = None
+        self.pid = -1 if status is not None else self.pid
+        if status is not None and os.WIFSIGNALED(status):
+            how = f"was killed by {signal.Signals(os.WTERMSIG(status)).name}"
+        elif status is not None:
+            how = f"exited with status {os.WEXITSTATUS(status)}"
+        else:
+            how = "ended"
+        return WorkerLost(f"a worker process {how} in the middle of a task (out of memory?); run the command again")
+
+
+class _Task:
+    __slots__ = ("fn", "args", "done", "ok", "value")
+
+    def __init__(self, fn, args):
+        self.fn, self.args = fn, args
+        self.done = False
+
+    def result(self):
+        if not self.ok:
+            raise self.value
+        return self.value
 
 
 class LocalRunner:
-    """Runs counting units inline or on a process pool, keeping a bounded number in flight
-    and handing results back in submission order.  Another engine (Dask) implements the
-    same three methods: ``submit``, ``drain``, ``close``."""
+    """Runs units inline (one worker) or on forked worker processes, keeping a bounded number
+    in flight and handing results back in submission order.  Another engine (Dask)
+    implements ``submit``, ``drain`` and ``close`` too; ``discard`` is for the encoder."""
 
     def __init__(self, workers: int):
         self.workers = workers
-        self.pool = None
+        self.pending = deque()  # (meta, _Task) in submission order
+        self._unsent = deque()  # tasks waiting for an idle worker
+        self._busy = {}  # parent's pipe end -> (_Worker, _Task)
+        self._idle: List[_Worker] = []
+        self._all: List[_Worker] = []
         if workers > 1:
-            import multiprocessing
-
-            self.pool = multiprocessing.get_context("fork").Pool(workers)
-        self.pending = deque()
+            try:
+                for _ in range(workers):
+                    self._all.append(_Worker(self._all))
+            except BaseException:
+                self.close()
+                raise
+            self._idle = list(self._all)
 
     def submit(self, fn, args, meta) -> Iterable[tuple]:
         """Queues ``fn(*args)``; yields ``(meta, result)`` of finished earlier tasks."""
-        if self.pool is None:
+        if not self._all:
             yield meta, fn(*args)
             return
-        self.pending.append((meta, self.pool.apply_async(fn, args)))
+        task = _Task(fn, args)
+        self.pending.append((meta, task))
+        self._unsent.append(task)
+        self._dispatch()
         while len(self.pending) > 2 * self.workers:
-            meta0, res = self.pending.popleft()
-            yield meta0, res.get()
+            yield self._next()
 
     def drain(self) -> Iterable[tuple]:
         while self.pending:
-            meta, res = self.pending.popleft()
-            yield meta, res.get()
+            yield self._next()
+
+    def discard(self) -> None:
+        """Forgets the tasks not handed back yet (results still arriving are dropped)."""
+        self.pending.clear()
+        self._unsent.clear()
+
+    def _next(self) -> tuple:
+        meta, task = self.pending.popleft()
+        while not task.done:
+            self._collect()
+        return meta, task.result()
+
+    def _collect(self) -> None:
+        """Waits for at least one busy worker, takes every finished result, refills idle workers."""
+        for conn in wait(list(self._busy)):
+            worker, task = self._busy.pop(conn)
+            try:
+                task.ok, task.value = conn.recv()
+            except (EOFError, OSError):
+                raise worker.lost() from None
+            task.done = True
+            self._idle.append(worker)
+        self._dispatch()
+
+    def _dispatch(self) -> None:
+        # Only an idle worker gets a task: it is waiting in recv, so a large task cannot
+        # block on a pipe whose reader is itself blocked sending a result.
+        while self._idle and self._unsent:
+            worker, task = self._idle.pop(), self._unsent.popleft()
+            task.fn, task.args, fn, args = None, None, task.fn, task.args  # the parent keeps no copy
+            try:
+                worker.conn.send((fn, args))
+            except OSError:  # (a BrokenPipeError here is a dead worker, not a closed stdout)
+                raise worker.lost() from None
+            self._busy[worker.conn] = (worker, task)
 
     def close(self) -> None:
-        if self.pool is not None:
-            self.pool.terminate()
-            self.pool.join()
+        workers, self._all, self._idle, self._busy = self._all, [], [], {}
+        for worker in workers:
+            if worker.pid > 0:
+                worker.stop()
+        self.discard()

@@ -23,10 +23,20 @@ see every batch whole or not at all, and nothing is counted twice.
 
 Every value is a fixed-width integer or msgpack, never pickle: opening a store cannot
 run code.  When the map is full it grows and the transaction is retried whole.
+
+LMDB trusts its file (no checksums): a damaged page number or node size made it read past
+the end of the file (SIGBUS) or fail an assertion (SIGABRT).  So opening a store first checks
+that the file holds every page its meta pages name, then walks every tree of the snapshot
+with ``csrc/storecheck.c`` (page numbers, types, node bounds, key order, counts; see its header)
+before LMDB touches a page; :meth:`Store.iter_words` checks the values it decodes against a
+check record (sum and number of the counts) that :meth:`Store.add_counts` keeps.  Damage is
+one :class:`StoreError` naming the store.  LMDB's lock file is given its disk blocks before
+LMDB writes to it through a map (on a full disk that write was a SIGBUS).
 """
 
 from __future__ import annotations
 
+import errno
 import os
 from contextlib import contextmanager
 from typing import Iterator, Optional, Tuple
@@ -46,6 +56,12 @@ _INITIAL_MAP_SIZE = 1 << 30
 # commits cost no more time (20.7 s vs 22.3 s for 1.45M keys).
 STAGE_CHUNK_KEYS = 2048
 _PENDING = b"pending"  # in meta: the staged batch's source records and totals
+# In meta: b"SUM ENTRIES" (decimal) of the words, kept by add_counts in each transaction that
+# changes a count and compared by iter_words at its end: LMDB has no checksums, and a bit
+# flipped inside a count changes the sum.  Stores from before it have none and go unchecked.
+_CHECK = b"check"
+_SOURCE_DIGESTS = b"source-digests/"  # in meta: + a source key -> its record's DIGEST_FIELDS
+DIGEST_FIELDS = ("digest", "chain", "head")
 _STAGED = b"staged/"  # in meta: + 4-byte big-endian chunk number -> msgpack [keys, counts]
 
 
@@ -66,7 +82,95 @@ class _NoTables(StoreError):
     """An environment whose creation was cut off before its tables existed."""
 
 
-_LMDB_FILES = {"data.mdb", "lock.mdb"}
+class NotWritable(StoreError):
+    """A store that this process may read but not write (a read-only mount, no permission)."""
+
+
+# What LMDB says when it may not open a file for writing: EACCES (py-lmdb's ReadonlyError),
+# EROFS, or EPERM (an immutable file).
+_NOT_WRITABLE = (os.strerror(errno.EACCES), os.strerror(errno.EROFS), os.strerror(errno.EPERM))
+
+
+def _not_writable(exc: Exception) -> bool:
+    return isinstance(exc, lmdb.ReadonlyError) or any(text in str(exc) for text in _NOT_WRITABLE)
+
+
+# LMDB's lock file for its default 126 readers: 125 reader slots of 64 bytes and the
+# 192-byte header (mdb.c, mdb_env_setup_locks); a file of this size is taken as it is.
+LOCK_FILE_BYTES = 8192
+
+
+def _reserve_lock_file(path: str) -> None:
+    """LMDB sizes its lock file with ftruncate, which gives it no disk blocks, and then writes
+    to it through a shared map: on a full disk the first write into a page without a block
+    kills the process with SIGBUS.  So the file's blocks are allocated first, where a full
+    disk is an ordinary error (for a lock file that exists, this allocates only its holes)."""
+    lock_file = os.path.join(path, "lock.mdb")
+    try:
+        st = os.stat(lock_file)
+        if st.st_size >= LOCK_FILE_BYTES and st.st_blocks * 512 >= st.st_size:
+            return  # allocated whole (the common case: no descriptor opened and closed, see below)
+    except OSError:
+        pass
+    # (Closing a descriptor of the lock file drops every fcntl lock this process holds on it,
+    # LMDB's included: harmless here, as LMDB forbids opening one environment twice in a process.)
+    try:
+        fd = os.open(lock_file, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as exc:
+        if exc.errno in (errno.EACCES, errno.EROFS, errno.EPERM):
+            return  # not ours to write: LMDB opens it read-only or without the lock
+        raise StoreError(f"cannot open the store at {path}: {exc.strerror}") from None
+    try:
+        os.posix_fallocate(fd, 0, max(os.fstat(fd).st_size, LOCK_FILE_BYTES))
+    except OSError as exc:
+        if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL):  # a file system without it: as before
+            raise WriteFailed(_write_failed(path, exc.strerror), exc.strerror) from None
+    finally:
+        os.close(fd)
+
+
+_META_BYTES = 2 * 4096  # LMDB's two meta pages, written in one call when it creates the file
+
+
+def _discard_cut_off_creation(path: str, data_file: str) -> bool:
+    """A data file shorter than the two meta pages, whose first meta page records no commit
+    (or is still zeros), holds nothing: LMDB's first write was cut off, by a full disk most
+    often, and LMDB would call it invalid forever.  Unless another process has the store open
+    (every LMDB user holds a lock on the lock file's first byte), remove it so that LMDB starts
+    over; True when it was removed."""
+    import fcntl
+    import struct
+
+    with open(data_file, "rb") as f:
+        head = f.read(16 + 136)
+    if head.strip(b"\0") and not (len(head) == 16 + 136 and struct.unpack_from("<Q", head, 16 + 128)[0] == 0):
+        return False
+    try:
+        fd = os.open(os.path.join(path, "lock.mdb"), os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError:
+        return False
+    try:
+        fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, 0)  # LMDB's own test for "no one else"
+        os.unlink(data_file)
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)  # (releases the lock)
+
+
+def _open_env(path: str, map_size: int, readonly: bool, create: bool, lock: bool):
+    if lock and (create or os.path.isdir(path)) and hasattr(os, "posix_fallocate"):
+        if create:
+            os.makedirs(path, exist_ok=True)
+        _reserve_lock_file(path)
+    return lmdb.open(
+        path, subdir=True, map_size=map_size, max_dbs=len(_DBS), readonly=readonly, create=create,
+        metasync=True, sync=True, readahead=False, lock=lock,
+    )
+
+
+_LMDB_FILES = {"data.mdb", "lock.mdb", "claims.lock"}  # (claims.lock: sources.Claims)
 
 
 def _write_failed(path: str, exc: Exception) -> str:
@@ -155,11 +259,15 @@ def pack(obj) -> bytes:
     return msgpack.packb(obj, use_bin_type=True)
 
 
+class _Garbled(StoreError):
+    """A record that does not decode; the store's methods name the store in its place."""
+
+
 def unpack(data: bytes):
     try:
         return msgpack.unpackb(data, raw=False, strict_map_key=False)
     except Exception as exc:  # msgpack raises several unrelated types on garbage
-        raise StoreError(f"a store record is damaged ({exc})") from None
+        raise _Garbled(f"a record does not decode: {exc}") from None
 
 
 MAX_COUNT = (1 << 63) - 1  # counts and totals: what the merge loop's signed 64-bit counts hold
@@ -169,6 +277,37 @@ def _u64(value: int) -> bytes:
     if value > MAX_COUNT:  # the whole transaction is aborted: the store keeps its last commit
         raise StoreError(f"a count would pass 2**63-1 ({value:,}); the store keeps 64-bit counts")
     return value.to_bytes(8, "little")
+
+
+from .native import fastbpe as _native  # None without a C compiler: stores are then opened unchecked
+
+# What LMDB raises for a file whose structure it cannot follow.
+_DAMAGE = (lmdb.CorruptedError, lmdb.PageNotFoundError, lmdb.InvalidError, lmdb.BadValsizeError,
+           lmdb.VersionMismatchError, lmdb.PanicError)
+
+
+def _damaged(path: str, what) -> str:
+    return f"the store at {path} is damaged ({what}); restore it from a copy, or count again into a new store"
+
+
+def _check_structure(env, path: str) -> None:
+    """Checks every tree of the data file (``csrc/storecheck.c``) in a snapshot this process holds
+    (so that no writer reuses its pages meanwhile), before LMDB itself walks any of them."""
+    if _native is None:
+        return
+    import mmap
+
+    def check_snapshot() -> int:
+        with env.begin() as txn, open(os.path.join(path, "data.mdb"), "rb") as f:
+            with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
+                return _native.store_check(mapped, txn.id())
+
+    for _ in range(8):  # 1: writers committed twice during the check; check a newer snapshot
+        try:
+            if _retrying(env, check_snapshot) == 0:
+                return
+        except ValueError as exc:
+            raise StoreError(_damaged(path, exc)) from None
 
 
 try:  # hashlib's own blake2b, without the OpenSSL library hashlib loads (~4 MB of RSS in every count)
@@ -181,13 +320,33 @@ def _digest(pretoken: bytes) -> bytes:
     return blake2b(pretoken, digest_size=20).digest()
 
 
+@contextmanager
+def _sigint_deferred():
+    """Inside the block, SIGINT is held back and raised (KeyboardInterrupt) when it ends."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    held = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: held.append(frame))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        if held and callable(previous):
+            previous(signal.SIGINT, held[0])
+
+
 class Store:
     """An open store.  Use :meth:`open`; close it (or use ``with``) when done."""
 
-    def __init__(self, path: str, env: lmdb.Environment, readonly: bool):
+    def __init__(self, path: str, env: lmdb.Environment, readonly: bool, lock: bool = True):
         self.path = path
         self.env = env
         self.readonly = readonly
+        self.lock = lock  # False: read without LMDB's lock file, which this process cannot write
         self.db = _open_dbs(env, readonly, path)
         self.max_key = env.max_key_size()
 
@@ -209,17 +368,34 @@ class Store:
                 if os.path.isdir(path) and os.listdir(path):
                     raise StoreError(f"the store at {path} is empty; run 'bpe-stream count' first")
                 raise StoreError(f"no store at {path}; run 'bpe-stream count' first or pass --store PATH")
+        elif create and size < _META_BYTES and _discard_cut_off_creation(path, data):
+            size, exists = 0, False
         else:
             _check_not_truncated(data, size)
+        env_readonly = readonly and exists
+        lock = True
         try:
-            env = lmdb.open(
-                path, subdir=True, map_size=max(_INITIAL_MAP_SIZE, size), max_dbs=len(_DBS),
-                readonly=readonly and exists, create=create, metasync=True, sync=True, readahead=False, lock=True,
-            )
+            try:
+                env = _open_env(path, max(_INITIAL_MAP_SIZE, size), env_readonly, create, lock)
+            except lmdb.Error as exc:
+                if not _not_writable(exc):
+                    raise
+                if not env_readonly:
+                    raise NotWritable(f"the store at {path} cannot be written here ({exc})") from None
+                # A reader takes a slot in the lock file; without write access to it, read
+                # without the lock (LMDB does so itself on a read-only mount).  Nothing
+                # excludes a writer then: see README, "Stores you cannot write".
+                lock = False
+                env = _open_env(path, max(_INITIAL_MAP_SIZE, size), env_readonly, create, lock)
         except lmdb.Error as exc:
             raise StoreError(f"cannot open the store at {path}: {exc}") from None
         try:
-            meta, blank = _retrying(env, lambda: cls._inspect(env))
+            if exists:
+                _check_structure(env, path)
+            try:
+                meta, blank = _retrying(env, lambda: cls._inspect(env))
+            except (_DAMAGE + (_Garbled,)) as exc:
+                raise StoreError(_damaged(path, exc)) from None
             if exists and meta is None and not blank:
                 raise StoreError(f"{path} is an LMDB database but not a bpe-stream store; choose another --store")
             if meta is not None:
@@ -232,7 +408,7 @@ class Store:
                     )
                 if not isinstance(meta.get("settings"), dict) or not isinstance(meta.get("totals"), dict):
                     raise StoreError(f"the store at {path} has a damaged header record; restore it from a copy or count again")
-            store = cls(path, env, readonly=readonly and exists)
+            store = cls(path, env, readonly=env_readonly, lock=lock)
             if store.has_staged_batch():
                 if not store.readonly:
                     try:
@@ -256,6 +432,15 @@ class Store:
             env.close()
             raise
         return store
+
+    @classmethod
+    def open_for_update(cls, path: str) -> "Store":
+        """Read-write where the store can be written here, else read-only (``store.readonly``):
+        for commands that only add to what the store keeps (training checkpoints)."""
+        try:
+            return cls.open(path)
+        except NotWritable:
+            return cls.open(path, readonly=True)
 
     @classmethod
     def _finish_staged(cls, path: str) -> None:
@@ -298,17 +483,17 @@ class Store:
     def remap(self) -> None:
         """Closes and reopens the environment (no transaction may be open): pages of the file
         read or written so far stay mapped -- and count as this process's memory -- until
-        the map is dropped; the OS keeps them as cache."""
-        map_size = self.env.info()["map_size"]
-        self.env.close()
-        try:
-            self.env = lmdb.open(
-                self.path, subdir=True, map_size=map_size, max_dbs=len(_DBS), readonly=self.readonly,
-                create=False, metasync=True, sync=True, readahead=False, lock=True,
-            )
-        except lmdb.Error as exc:
-            raise StoreError(f"cannot reopen the store at {self.path}: {exc}") from None
-        self.db = _open_dbs(self.env, self.readonly, self.path)
+        the map is dropped; the OS keeps them as cache.  A Ctrl-C meanwhile takes effect once
+        the store is open again (it left a closed environment that the interrupted command
+        then failed to read its totals from)."""
+        with _sigint_deferred():
+            map_size = self.env.info()["map_size"]
+            self.env.close()
+            try:
+                self.env = _open_env(self.path, map_size, self.readonly, False, self.lock)
+            except lmdb.Error as exc:
+                raise StoreError(f"cannot reopen the store at {self.path}: {exc}") from None
+            self.db = _open_dbs(self.env, self.readonly, self.path)
 
     def __enter__(self):
         return self
@@ -332,11 +517,14 @@ class Store:
                     raise WriteFailed(_write_failed(self.path, exc), str(exc)) from None
             except lmdb.MapResizedError:
                 self.env.set_mapsize(0)
+            except (_DAMAGE + (_Garbled,)) as exc:
+                raise StoreError(_damaged(self.path, exc)) from None
             except lmdb.Error as exc:
                 raise WriteFailed(_write_failed(self.path, exc), str(exc)) from None
 
     @contextmanager
     def reader(self):
+        """A read transaction; LMDB's errors inside it become one StoreError naming the store."""
         while True:
             try:
                 txn = self.env.begin()
@@ -345,6 +533,11 @@ class Store:
                 self.env.set_mapsize(0)
         try:
             yield txn
+        except _Garbled as exc:
+            raise StoreError(_damaged(self.path, exc)) from None
+        except lmdb.Error as exc:
+            raise StoreError(_damaged(self.path, exc) if isinstance(exc, _DAMAGE)
+                             else f"reading the store at {self.path} failed ({exc})") from None
         finally:
             txn.abort()
 
@@ -377,6 +570,7 @@ class Store:
             if record:
                 info = {"magic": MAGIC, "format": FORMAT_VERSION, "settings": settings, "totals": dict(_ZERO_TOTALS)}
                 txn.put(b"info", pack(info), db=self.db["meta"])
+                txn.put(_CHECK, b"0 0", db=self.db["meta"])
             return settings
         recorded = unpack(raw)["settings"]
         diff = settings_difference(recorded, settings)
@@ -394,29 +588,46 @@ class Store:
     # -- counts --------------------------------------------------------------------
     def add_counts(self, txn, counts) -> Tuple[int, int]:
         """Adds ``counts`` (a dict, or (pretoken, count) pairs best in key order) inside
-        ``txn``; returns how many pretokens were new and their bytes."""
+        ``txn``; returns how many pretokens were new and their bytes.  A negative count takes
+        back what was counted: a pretoken that falls to 0 is removed (and counts as -1 new)."""
         words, longwords, max_key = self.db["words"], self.db["longwords"], self.max_key
-        new = new_bytes = 0
+        new = new_bytes = added = 0
         pairs = ((k, counts[k]) for k in sorted(counts)) if isinstance(counts, dict) else counts
         for key, n in pairs:
-            if len(key) <= max_key and key:
-                old = txn.get(key, db=words)
+            added += n
+            # Long pretokens go under their digest, the count followed by the pretoken itself.
+            short = len(key) <= max_key and key
+            db_key, db = (key, words) if short else (_digest(key), longwords)
+            old = txn.get(db_key, db=db)
+            total = n if old is None else int.from_bytes(old[:8], "little") + n
+            if total > 0:
+                txn.put(db_key, _u64(total) if short else _u64(total) + key, db=db)
                 if old is None:
                     new += 1
                     new_bytes += len(key)
-                    txn.put(key, _u64(n), db=words)
-                else:
-                    txn.put(key, _u64(int.from_bytes(old, "little") + n), db=words)
+            elif total == 0 and old is not None:
+                txn.delete(db_key, db=db)
+                new -= 1
+                new_bytes -= len(key)
             else:
-                digest = _digest(key)
-                old = txn.get(digest, db=longwords)
-                if old is None:
-                    new += 1
-                    new_bytes += len(key)
-                    txn.put(digest, _u64(n) + key, db=longwords)
-                else:
-                    txn.put(digest, _u64(int.from_bytes(old[:8], "little") + n) + key, db=longwords)
+                raise StoreError(_damaged(self.path, f"taking back counts of {key[:40]!r} that it does not hold"))
+        self._bump_check(txn, added, new)
         return new, new_bytes
+
+    def _check_record(self, txn) -> Optional[Tuple[int, int]]:
+        raw = txn.get(_CHECK, db=self.db["meta"])
+        if raw is None:
+            return None
+        try:
+            total, entries = map(int, bytes(raw).split())
+        except ValueError:
+            raise StoreError(_damaged(self.path, "its check record is not two numbers")) from None
+        return total, entries
+
+    def _bump_check(self, txn, added: int, new: int) -> None:
+        record = self._check_record(txn)
+        if record is not None:
+            txn.put(_CHECK, b"%d %d" % (record[0] + added, record[1] + new), db=self.db["meta"])
 
     def add_batch(self, counts: dict, sources: dict, totals: dict, before=None) -> int:
         """Adds ``counts`` (pretoken bytes -> count) with the source records and totals they
@@ -499,26 +710,46 @@ class Store:
                 raise StoreError(f"the store's total of {key} would pass 2**63-1; the store keeps 64-bit counts")
         txn.put(b"info", pack(info), db=self.db["meta"])
 
-    def count_of(self, pretoken: bytes) -> int:
-        with self.reader() as txn:
-            if pretoken and len(pretoken) <= self.max_key:
-                raw = txn.get(pretoken, db=self.db["words"])
-                return int.from_bytes(raw, "little") if raw else 0
-            raw = txn.get(_digest(pretoken), db=self.db["longwords"])
-            return int.from_bytes(raw[:8], "little") if raw else 0
+    def count_of(self, pretoken: bytes, txn=None) -> int:
+        if txn is None:
+            with self.reader() as t:
+                return self.count_of(pretoken, t)
+        if pretoken and len(pretoken) <= self.max_key:
+            raw = txn.get(pretoken, db=self.db["words"])
+            return int.from_bytes(raw, "little") if raw else 0
+        raw = txn.get(_digest(pretoken), db=self.db["longwords"])
+        return int.from_bytes(raw[:8], "little") if raw else 0
 
     def iter_words(self, txn, min_count: int = 1) -> Iterator[Tuple[bytes, int]]:
-        """Every (pretoken, count) with count >= ``min_count``, short ones in byte order first."""
+        """Every (pretoken, count) with count >= ``min_count``, short ones in byte order first.
+
+        Decoded with checks, since LMDB keeps no checksums: no count is above the sum of all
+        counts the check record holds (a flipped high bit), a long pretoken's bytes match its
+        digest, and once every entry has been read, their number and the sum of their counts
+        must be the check record's -- else a StoreError says the store is damaged."""
+        record = self._check_record(txn)
+        bound = record[0] if record is not None else 1 << 64
+        total = 0
         with txn.cursor(db=self.db["words"]) as cur:
             for key, value in cur:
                 n = int.from_bytes(value, "little")
+                total += n
+                if n > bound:
+                    raise StoreError(_damaged(self.path, f"the count of {bytes(key)[:40]!r} is above the sum of all counts"))
                 if n >= min_count:
                     yield bytes(key), n
         with txn.cursor(db=self.db["longwords"]) as cur:
-            for _digest_key, value in cur:
-                n = int.from_bytes(value[:8], "little")
+            for digest, value in cur:
+                word, n = bytes(value[8:]), int.from_bytes(value[:8], "little")
+                total += n
+                if n > bound or len(value) < 8 or _digest(word) != digest:
+                    raise StoreError(_damaged(self.path, f"the record of the long pretoken {word[:40]!r} is garbled"))
                 if n >= min_count:
-                    yield bytes(value[8:]), n
+                    yield word, n
+        if record is not None and (total, self.unique_words(txn)) != record:
+            raise StoreError(_damaged(
+                self.path, f"its counts add up to {total:,} in {self.unique_words(txn):,} pretokens, its check record "
+                f"says {record[0]:,} in {record[1]:,}"))
 
     def unique_words(self, txn=None) -> int:
         if txn is None:
@@ -527,17 +758,43 @@ class Store:
         return txn.stat(self.db["words"])["entries"] + txn.stat(self.db["longwords"])["entries"]
 
     # -- sources -------------------------------------------------------------------
-    def source(self, txn, key: bytes) -> Optional[dict]:
+    # A file's record holds numbers (and ``done``); the digests of its content that
+    # ``bpe_stream.sources`` keeps beside them live in ``meta`` under _SOURCE_DIGESTS + key,
+    # written and removed together with the record.  ``digests=True`` reads them back in.
+    def source(self, txn, key: bytes, digests: bool = False) -> Optional[dict]:
         raw = txn.get(key, db=self.db["sources"])
-        return unpack(raw) if raw is not None else None
+        if raw is None:
+            return None
+        record = unpack(raw)
+        return self._with_digests(txn, key, record) if digests else record
+
+    def _with_digests(self, txn, key: bytes, record):
+        raw = txn.get(_SOURCE_DIGESTS + key, db=self.db["meta"])
+        if raw is not None and isinstance(record, dict):
+            extra = unpack(raw)
+            if isinstance(extra, dict):
+                record = dict(record, **{k: extra[k] for k in DIGEST_FIELDS if k in extra})
+        return record
 
     def put_source(self, txn, key: bytes, record: dict) -> None:
-        txn.put(key, pack(record), db=self.db["sources"])
+        """Writes a record; its digest fields (if any) go beside it, others' are removed."""
+        extra = {k: record[k] for k in DIGEST_FIELDS if k in record}
+        txn.put(key, pack({k: v for k, v in record.items() if k not in DIGEST_FIELDS}), db=self.db["sources"])
+        if extra:
+            txn.put(_SOURCE_DIGESTS + key, pack(extra), db=self.db["meta"])
+        else:
+            txn.delete(_SOURCE_DIGESTS + key, db=self.db["meta"])
 
-    def iter_sources(self, txn) -> Iterator[Tuple[bytes, dict]]:
+    def delete_source(self, txn, key: bytes) -> None:
+        txn.delete(key, db=self.db["sources"])
+        txn.delete(_SOURCE_DIGESTS + key, db=self.db["meta"])
+
+    def iter_sources(self, txn, digests: bool = False) -> Iterator[Tuple[bytes, dict]]:
         with txn.cursor(db=self.db["sources"]) as cur:
             for key, value in cur:
-                yield bytes(key), unpack(value)
+                key = bytes(key)
+                record = unpack(value)
+                yield key, (self._with_digests(txn, key, record) if digests else record)
 
     # -- training checkpoints ------------------------------------------------------
     def get_train(self, key: bytes, txn=None):

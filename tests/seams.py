@@ -41,6 +41,16 @@ What happens there:
   that exact state, run other processes against it, SIGINT or SIGKILL it there, or let it go on;
 * ``points_file``: at exit, write ``{point: times reached}`` as JSON to this file (how many
   commits, checkpoints, writes a clean run makes, to draw a moment among them).
+
+Pauses for the interrupt and source-identity tests (the process waits there until a signal
+comes, or until the file ``until`` exists):
+
+* ``pause_after_batch``: ``{"n": N, "marker": PATH}``: right after the N-th batch of counts is
+  committed (``Store.add_batch`` returned), write PATH (whole, holding the process id) and wait;
+* ``pause_in_task``: ``{"function": "module.name", "n": N, "marker": PATH}``: the N-th call of
+  that task function in a process (a worker's N-th task) writes PATH and waits there (before the
+  call; with ``"after": true``, after it returned);
+* ``piece_chars``: encode pieces of that many bytes instead of 1 MiB (``encoding.PIECE_CHARS``).
 """
 
 from __future__ import annotations
@@ -233,6 +243,61 @@ if "replace" in wanted:
 
     os.replace = before("replace", os.replace)
     atomic._exchange = before("replace", atomic._exchange)
+
+# -- pauses after a batch and inside a worker's task ---------------------------------------
+def wait_here(marker: str, until=None) -> None:
+    """Announces the pause (MARKER appears whole, holding this process's id: two workers may
+    both get there) and waits for a signal, or until the file ``until`` exists."""
+    tmp = f"{marker}.{os.getpid()}.tmp"
+    with open(tmp, "w") as f:
+        f.write(str(os.getpid()))
+    os.rename(tmp, marker)
+    deadline = time.monotonic() + HANG_TIMEOUT
+    while until is None or not os.path.exists(until):
+        if time.monotonic() > deadline:
+            sys.exit(f"seams: still paused at {marker} after {HANG_TIMEOUT} s; giving up")
+        time.sleep(0.01)
+
+
+if "pause_after_batch" in knobs:
+    import bpe_stream.store as store
+
+    batch_pause, real_add_batch, batches = knobs["pause_after_batch"], store.Store.add_batch, [0]
+
+    def add_batch_then_pause(self, *args, **kwargs):
+        result = real_add_batch(self, *args, **kwargs)
+        batches[0] += 1
+        if batches[0] == batch_pause["n"]:
+            wait_here(batch_pause["marker"], batch_pause.get("until"))
+        return result
+
+    store.Store.add_batch = add_batch_then_pause
+
+if "pause_in_task" in knobs:
+    import importlib
+
+    task_pause, task_calls = knobs["pause_in_task"], [0]
+    task_module_name, _, task_name = task_pause["function"].rpartition(".")
+    task_module = importlib.import_module(task_module_name)
+    real_task = getattr(task_module, task_name)
+
+    def task_then_pause(*args, **kwargs):
+        task_calls[0] += 1
+        here = task_calls[0] == task_pause["n"]
+        if here and not task_pause.get("after"):
+            wait_here(task_pause["marker"], task_pause.get("until"))
+        result = real_task(*args, **kwargs)
+        if here and task_pause.get("after"):
+            wait_here(task_pause["marker"], task_pause.get("until"))
+        return result
+
+    task_then_pause.__module__, task_then_pause.__qualname__ = task_module_name, task_name  # pickled by name
+    setattr(task_module, task_name, task_then_pause)
+
+if "piece_chars" in knobs:
+    import bpe_stream.encoding as encoding
+
+    encoding.PIECE_CHARS = knobs["piece_chars"]
 
 from bpe_stream.cli import main  # noqa: E402 - after the seams are in place
 

@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 from bpe_stream import store as store_mod
 from bpe_stream.counting import count_sources, make_settings
 from bpe_stream.reader import Source
+from bpe_stream.sources import Refused
 from bpe_stream.store import Store, StoreError
 
 GPT2 = make_settings("gpt2", ["<|endoftext|>"])
@@ -217,9 +218,12 @@ def test_runs_add_up_and_files_are_skipped(tmp_path, store_dir):
     s3, words, totals = _count(store_dir, [a], GPT2, recount=True)
     assert not s3.skipped
     assert words == oracle_counts([a.read_bytes(), a.read_bytes(), b.read_bytes()], GPT2)
-    # a changed file is counted again
+    # a file changed other than by growing is refused (issue 19: it was counted again on top of
+    # its old counts, silently), and counted on top of them only with recount
     a.write_bytes(b"changed text")
-    s4, words, _ = _count(store_dir, [a], GPT2)
+    with pytest.raises(Refused, match="--recount"):
+        _count(store_dir, [a], GPT2)
+    s4, words, _ = _count(store_dir, [a], GPT2, recount=True)
     assert not s4.skipped
     assert words == oracle_counts([b"hello world<|endoftext|>hello again\n"] * 2 + [b.read_bytes(), b"changed text"], GPT2)
 

@@ -16,6 +16,7 @@
  *   scan.{h,c}        the named pretokenizers over UTF-8 bytes       -> scan()
  *                     (character classes in unicode_tables.h, generated from regex)
  *   counttable.{h,c}  pretoken bytes -> 64-bit counts, scan + count   -> CountTable
+ *   storecheck.{h,c}  an LMDB data file's structure checked           -> store_check()
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -28,6 +29,7 @@
 #include "pair_index.h"
 #include "counttable.h"
 #include "scan.h"
+#include "storecheck.h"
 
 /* NULL, with the exception of an algorithm's status set. */
 static PyObject *raise_status(int status) {
@@ -808,6 +810,27 @@ static PyTypeObject CountTableType = {
     .tp_as_sequence = &table_as_sequence,
 };
 
+/* -- the store's structure check (storecheck.c) ------------------------------------------ */
+
+static PyObject *store_check(PyObject *self, PyObject *args, PyObject *kwds) {
+    static char *kwlist[] = {"buffer", "txnid", NULL};
+    Py_buffer buf;
+    unsigned long long txnid;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "y*K", kwlist, &buf, &txnid)) return NULL;
+    char error[256] = {0};
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = bs_store_check(buf.buf, (uint64_t)buf.len, (uint64_t)txnid, error, sizeof error);
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&buf);
+    if (rc == BS_BAD_ROW) {
+        PyErr_SetString(PyExc_ValueError, error);
+        return NULL;
+    }
+    if (rc < 0) return raise_status(rc);
+    return PyLong_FromLong(rc);
+}
+
 static PyObject *set_limit32(PyObject *self, PyObject *args, PyObject *kwds) {
     static char *kwlist[] = {"limit", NULL};
     unsigned long long limit;
@@ -825,6 +848,8 @@ static PyMethodDef methods[] = {
     {"split_keys", (PyCFunction)(void (*)(void))split_keys, KW,
      "split_keys(packed, start, stop) -> list of keys (SEQUENCE_ROW's key)."},
     {"scan", (PyCFunction)(void (*)(void))py_scan, KW, scan_doc},
+    {"store_check", (PyCFunction)(void (*)(void))store_check, KW,
+     "store_check(buffer, txnid) -> 0 (consistent) or 1 (snapshot gone: retry); ValueError names the damage."},
     {"_set_limit32", (PyCFunction)(void (*)(void))set_limit32, KW,
      "_set_limit32(limit) -> previous: the most items of an array counted in 32 bits (tests only)."},
     {NULL, NULL, 0, NULL},

@@ -1,0 +1,392 @@
+"""What the store knows of each input file, and what a count does with a file it has seen.
+
+A file's record in the store's ``sources`` table, keyed by its real path, holds its identity
+(size, modification time, device and inode), how far its committed counts reach (``offset``,
+``done``) and a digest of exactly those committed bytes (:class:`PrefixDigest`), written in
+the same transaction as the counts.  Before anything is counted, :func:`plan_files` decides
+for each file named:
+
+* the same file named twice (``f ./f $PWD/f link-to-f``, a hard link): counted once, judged
+  by device and inode;
+* a file without a record: counted from byte 0.  A hard link or a moved file has no record
+  under its own path but is found by device and inode: it is the file that record describes
+  when the record's path still names it, or when the committed bytes are still there;
+* a record whose file is unchanged -- same size and time, or, when only the time changed,
+  the same committed bytes -- is skipped, or resumed at its committed offset (a killed run);
+* a file that grew from its committed bytes (their digest matches): counted on from the last
+  safe cut at or before the old end, after the counts of the old bytes beyond that cut are
+  taken back.  The old end was the end of a document and an append continues it (``hello`` +
+  ``world`` counts as ``helloworld``), so the store ends equal to a clean count of the grown file;
+* any other change is refused (:class:`Refused`, naming ``--recount``).  A record made by an
+  older bpe-stream has no digest: it is trusted only while size and time are unchanged.
+
+A count then claims each file before it reads the file's record again and counts it, and holds
+the claim until the batch holding the file's last counts is committed (:class:`Claims`): a
+file another running count has claimed is skipped, so two counts on one store never count a
+file twice, and a record that changed since its plan was made (another count finished the
+file meanwhile) is planned again.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import struct
+from dataclasses import dataclass
+from typing import Dict, List, Optional, Tuple
+
+from .pretokenize import Pretokenizer, find_byte_cut, splittable
+from .reader import InputError, Source
+from .store import Store, blake2b
+
+DIGEST_SIZE = 20
+DIGEST_BLOCK = 1 << 20  # a resumed digest hashes on from the last multiple of this
+HEAD_BYTES = 1 << 16  # the digest of a file's first bytes, kept to tell files of one path apart (merge-stores)
+_READ = 1 << 20
+_CUT_WINDOW = 1 << 16
+
+
+class Refused(InputError):
+    """A file that changed since it was counted, other than by growing: counting it on would
+    be wrong, counting it again needs ``--recount``."""
+
+
+# -- digests ------------------------------------------------------------------------------
+class PrefixDigest:
+    """BLAKE2b of a file's bytes from its start, in blocks: after k whole blocks the state is
+    ``chain_k = H(chain_(k-1) + block_k)`` (``chain_0`` empty), and the digest of a prefix is
+    ``H(chain_k + the bytes after block k)``.  A record keeps ``[k * DIGEST_BLOCK, chain_k]``
+    beside the digest, so a resumed count hashes on from there instead of reading its
+    committed bytes again; ``head`` is the digest once ``HEAD_BYTES`` were fed."""
+
+    def __init__(self, at: int = 0, chain: bytes = b"", head: Optional[list] = None):
+        self.at, self.chain, self.head = at, chain, head
+        self._tail = blake2b(chain, digest_size=DIGEST_SIZE)
+        self._fed = 0  # bytes after ``at``
+
+    @property
+    def length(self) -> int:
+        return self.at + self._fed
+
+    def update(self, data) -> None:
+        view = memoryview(data)
+        while view:
+            room = DIGEST_BLOCK - self._fed
+            if self.head is None and self.length < HEAD_BYTES:
+                room = min(room, HEAD_BYTES - self.length)
+            part, view = view[:room], view[room:]
+            self._tail.update(part)
+            self._fed += len(part)
+            if self.head is None and self.length == HEAD_BYTES:
+                self.head = [HEAD_BYTES, self.digest()]
+            if self._fed == DIGEST_BLOCK:
+                self.chain, self.at, self._fed = self._tail.digest(), self.at + DIGEST_BLOCK, 0
+                self._tail = blake2b(self.chain, digest_size=DIGEST_SIZE)
+
+    def digest(self) -> bytes:
+        return self._tail.digest()
+
+    def copy(self) -> "PrefixDigest":
+        twin = PrefixDigest.__new__(PrefixDigest)
+        twin.at, twin.chain, twin.head, twin._fed = self.at, self.chain, self.head, self._fed
+        twin._tail = self._tail.copy()
+        return twin
+
+    def fields(self) -> dict:
+        """The record's fields for the bytes fed so far."""
+        digest, head = self.digest(), self.head
+        if head is None and self.length <= HEAD_BYTES:
+            head = [self.length, digest]  # (None: resumed from a record that kept none)
+        return {"digest": digest, "chain": [self.at, self.chain], "head": head}
+
+    @classmethod
+    def resumed(cls, record: dict) -> Optional["PrefixDigest"]:
+        """The digest state a record keeps (at a block boundary), or None (an older record)."""
+        chain = record.get("chain")
+        if not (isinstance(chain, list) and len(chain) == 2 and isinstance(chain[0], int) and chain[0] % DIGEST_BLOCK == 0
+                and isinstance(chain[1], bytes)):
+            return None
+        return cls(chain[0], chain[1], record.get("head") if chain[0] >= HEAD_BYTES else None)
+
+
+def feed(path: str, start: int, end: int, digest: PrefixDigest,
+         stops: Tuple[int, ...] = ()) -> Tuple[bytes, Dict[int, "PrefixDigest"]]:
+    """Feeds bytes ``[start, end)`` of ``path`` into ``digest`` (which is at ``start``); returns
+    the BLAKE2b of the range itself (what :func:`range_hasher` gives for it) and copies of
+    ``digest`` at each offset of ``stops`` on the way.  A file shorter than ``end`` is an
+    InputError."""
+    own = range_hasher()
+    taken: Dict[int, PrefixDigest] = {}
+    marks = sorted(s for s in set(stops) if start <= s <= end)
+    pos = start
+    with open(path, "rb") as f:
+        f.seek(start)
+        while True:
+            while marks and marks[0] == pos:
+                taken[marks.pop(0)] = digest.copy()
+            if pos >= end:
+                break
+            block = f.read(min(_READ, end - pos, (marks[0] if marks else end) - pos))
+            if not block:
+                raise InputError(f"{path} ended at byte {pos:,}, before byte {end:,}: it changed while being read")
+            digest.update(block)
+            own.update(block)
+            pos += len(block)
+    return own.digest(), taken
+
+
+def range_hasher():
+    """What a counting unit feeds the bytes of its range into (``count_range``)."""
+    return blake2b(digest_size=DIGEST_SIZE)
+
+
+def _prefix_digest(path: str, offset: int, cut: int) -> Tuple[bytes, PrefixDigest]:
+    """(digest of bytes [0, offset), the digest state at ``cut`` <= offset) of the file as it is."""
+    digest = PrefixDigest()
+    at_cut = feed(path, 0, offset, digest, (cut,))[1][cut]
+    return digest.digest(), at_cut
+
+
+# -- safe cuts ----------------------------------------------------------------------------
+def last_cut(path: str, end: int, settings: dict) -> int:
+    """The last safe cut at or before ``end`` in the file as it is now (0 when there is none,
+    and for the pretokenizers whose ranges cannot be counted apart): bytes before and after it
+    pretokenize as they do in the whole, special tokens that straddle ``end`` included."""
+    pre = Pretokenizer.from_name(settings["pretokenizer"])
+    if not splittable(pre) or end <= 0:
+        return 0
+    specials = [s.encode("utf-8") for s in settings["special_tokens"]]
+    longest = max([0] + [len(s) for s in specials])
+    back = max(4, longest)
+    size = os.path.getsize(path)
+    hi, span = end, _CUT_WINDOW
+    with open(path, "rb") as f:
+        while hi > 0:
+            lo = max(0, hi - span)
+            first = max(0, lo - back)
+            f.seek(first)
+            window = f.read(min(size, hi + longest + 1) - first)  # a special may straddle hi
+            best, p = -1, find_byte_cut(window, lo - first, pre, specials)
+            while 0 <= p and first + p <= hi:
+                best = first + p
+                p = find_byte_cut(window, p + 1, pre, specials)
+            if best > 0:
+                return best
+            hi, span = lo, 2 * span  # further back, in growing windows: linear in all
+    return 0
+
+
+# -- claims -------------------------------------------------------------------------------
+CLAIMS_FILE = "claims.lock"  # beside LMDB's files in the store directory
+
+
+class Claims:
+    """Which files this process is counting into one store: an open-file-description lock
+    (``F_OFD_SETLK``) on one byte of the store's ``claims.lock`` per file, at an offset derived
+    from the file's device and inode, so another process's claim of the same file -- under
+    any name -- fails.  The kernel drops the locks when the process ends, however it ends
+    (kill -9 included), so a claim cannot outlive its count, and nothing is written into the
+    store: a count that fails leaves the store as it was.  (Where the lock file cannot be
+    created, as on a read-only store, which count cannot write anyway, every claim succeeds.)"""
+
+    def __init__(self, store_path: str):
+        try:
+            self.fd: Optional[int] = os.open(os.path.join(store_path, CLAIMS_FILE), os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError:
+            self.fd = None
+        self.held: Dict[int, Source] = {}
+
+    @staticmethod
+    def _offset(source: Source) -> int:
+        return int.from_bytes(blake2b(b"%d:%d" % (source.dev, source.ino), digest_size=8).digest(), "little") >> 2
+
+    def _lock(self, kind: int, offset: int) -> bool:
+        if self.fd is None:
+            return True
+        try:
+            if hasattr(fcntl, "F_OFD_SETLK"):
+                # struct flock: l_type, l_whence, l_start, l_len, l_pid (0 for OFD locks)
+                fcntl.fcntl(self.fd, fcntl.F_OFD_SETLK, struct.pack("hhqqi4x", kind, os.SEEK_SET, offset, 1, 0))
+            else:  # pragma: no cover - not Linux: process locks (two counts in one process see none)
+                fcntl.lockf(self.fd, (fcntl.LOCK_UN if kind == fcntl.F_UNLCK else fcntl.LOCK_EX | fcntl.LOCK_NB), 1, offset)
+        except OSError:
+            return False
+        return True
+
+    def take(self, source: Source) -> bool:
+        """Claims ``source``; False when another count holds it."""
+        offset = self._offset(source)
+        if offset in self.held or self._lock(fcntl.F_WRLCK, offset):
+            self.held[offset] = source
+            return True
+        return False
+
+    def drop(self, source: Source) -> None:
+        offset = self._offset(source)
+        if self.held.pop(offset, None) is not None:
+            self._lock(fcntl.F_UNLCK, offset)
+
+    def close(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)  # drops every claim
+            self.fd = None
+        self.held.clear()
+
+
+# -- plans --------------------------------------------------------------------------------
+@dataclass(eq=False)
+class FilePlan:
+    """What a count does with one file: skip it, or count it from ``start`` (after taking back
+    the counts of ``take_back = (cut, old offset, old done)``)."""
+
+    source: Source
+    record: Optional[dict] = None  # the record the plan was made from (None: a new file)
+    record_key: Optional[bytes] = None  # where it is: the file's key, or another path of it
+    start: int = 0
+    digest: Optional[PrefixDigest] = None  # of bytes [0, start) (made when counting starts: plans are many)
+    take_back: Optional[Tuple[int, int, bool]] = None
+    skip: Optional[str] = None  # why it is not counted (said on stderr)
+    refresh: bool = False  # skipped, but its record's identity is brought up to date
+    message: Optional[str] = None  # said when it is counted
+
+    def begin(self) -> None:
+        """Before the file's first range: the digest of bytes [0, start) is at hand."""
+        if self.digest is None:
+            self.digest = PrefixDigest()
+
+    def record_at(self, offset: int, done: bool) -> dict:
+        """The file's record once its counts reach ``offset`` (the digest is there)."""
+        record = dict(self.source.identity(), offset=offset, done=done, **self.digest.fields())
+        if done:
+            self.digest = self.record = None
+        return record
+
+    def settle(self, store: Store) -> None:
+        """Writes what the plan changes before counting: a record moved to the file's own path
+        (a hard link, a moved file), or brought up to date (only its time changed)."""
+        if self.record is None or (self.record_key == self.source.key and not self.refresh):
+            return
+        record = dict(self.record, **self.source.identity()) if self.refresh else self.record
+        old_key = self.record_key
+
+        def txn_fn(txn):
+            if old_key != self.source.key:
+                store.delete_source(txn, old_key)
+            store.put_source(txn, self.source.key, record)
+
+        store.write(txn_fn)
+        self.record, self.record_key = record, self.source.key
+
+    def unchanged(self, store: Store) -> bool:
+        """Whether the record is still the one this plan was made from (read under the claim)."""
+        with store.reader() as txn:
+            return store.source(txn, self.record_key or self.source.key, digests=True) == self.record
+
+
+def _changed(source: Source) -> Refused:
+    return Refused(
+        f"{source.name} changed since it was counted into this store (not only by growing); pass --recount "
+        "to count it again on top of its old counts, or count it into a new store"
+    )
+
+
+def _decide(source: Source, key: Optional[bytes], record: Optional[dict], settings: dict, recount: bool) -> FilePlan:
+    plan = FilePlan(source, record, key)
+    if record is None or recount:
+        return plan
+    name, size = source.name, source.size
+    offset, done = record.get("offset", 0), bool(record.get("done"))
+    same = (key == source.key and record.get("size") == size and record.get("mtime_ns") == source.mtime_ns
+            and record.get("ino", source.ino) == source.ino and record.get("dev", source.dev) == source.dev)
+    if same:
+        if done:
+            plan.skip = f"skipped {name}: already counted (use --recount to count it again)"
+            plan.record = None  # (nothing to write: thousands of skipped files keep no record in memory)
+            return plan
+        plan.start = offset
+        plan.digest = _resume_digest(source, record, offset)
+        if offset:
+            plan.message = f"resuming {name} at byte {offset:,}"
+        return plan
+    if not isinstance(record.get("digest"), bytes):
+        raise Refused(
+            f"{name} changed since it was counted into this store, which was made by an older bpe-stream "
+            "without the digest that tells whether it only grew; pass --recount to count it again on top "
+            "of its old counts, or count it into a new store"
+        )
+    if size < offset:
+        raise _changed(source)
+    cut = offset if done and size == offset else last_cut(source.name, offset, settings)
+    digest, at_cut = _prefix_digest(source.name, offset, cut)
+    if digest != record["digest"]:
+        raise _changed(source)
+    if done and size == offset:
+        plan.skip = f"skipped {name}: already counted (its content is unchanged)"
+        plan.refresh = True
+        return plan
+    plan.start, plan.digest = cut, at_cut
+    if done or cut < offset:
+        plan.take_back = (cut, offset, done)
+    plan.message = (f"{name} grew from {offset:,} to {size:,} bytes: counting on from byte {cut:,}" if done
+                    else f"resuming {name} at byte {cut:,}")
+    return plan
+
+
+def _resume_digest(source: Source, record: dict, offset: int) -> PrefixDigest:
+    """The digest at ``offset`` of a file resumed unchanged: from the record's block boundary
+    (hashing at most one block), or from byte 0 for a record without one."""
+    digest = PrefixDigest.resumed(record)
+    if digest is None or digest.at > offset:
+        digest = PrefixDigest()
+    feed(source.name, digest.at, offset, digest)
+    return digest
+
+
+def _inode_index(store: Store) -> Dict[Tuple[int, int], List[bytes]]:
+    index: Dict[Tuple[int, int], List[bytes]] = {}
+    with store.reader() as txn:
+        for key, record in store.iter_sources(txn):
+            if isinstance(record, dict) and isinstance(record.get("ino"), int) and key.startswith(b"/"):
+                index.setdefault((record.get("dev"), record["ino"]), []).append(key)
+    return index
+
+
+def _same_file(source: Source, key: bytes, record: dict) -> bool:
+    """Whether ``record``, of another path with this file's device and inode, is this file:
+    that path still names it (a hard link), or its committed bytes are here (it was moved)."""
+    try:
+        st = os.stat(os.fsdecode(key))
+        if (st.st_dev, st.st_ino) == (source.dev, source.ino):
+            return True
+    except OSError:
+        pass
+    offset = record.get("offset", 0)
+    if not isinstance(record.get("digest"), bytes) or offset > source.size:
+        return False
+    return _prefix_digest(source.name, offset, offset)[0] == record["digest"]
+
+
+def plan_files(store: Store, sources: List[Source], settings: dict, recount: bool = False) -> List[FilePlan]:
+    """A plan for each file of ``sources`` (streams left out), in order; raises Refused."""
+    plans: List[FilePlan] = []
+    first: Dict[Tuple[int, int], Source] = {}
+    index = None
+    for source in sources:
+        if source.is_stdin:
+            continue
+        twin = first.setdefault((source.dev, source.ino), source)
+        if twin is not source:
+            plans.append(FilePlan(source, skip=f"skipped {source.name}: the same file as {twin.name}"))
+            continue
+        with store.reader() as txn:
+            key, record = source.key, store.source(txn, source.key, digests=True)
+        if record is None:
+            index = _inode_index(store) if index is None else index
+            for other in index.get((source.dev, source.ino), []):
+                with store.reader() as txn:
+                    candidate = store.source(txn, other, digests=True)
+                if candidate is not None and _same_file(source, other, candidate):
+                    key, record = other, candidate
+                    break
+        plans.append(_decide(source, key if record is not None else None, record, settings, recount))
+    return plans
