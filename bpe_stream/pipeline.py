@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from .counting import count_range, make_settings
+from .extend import Extension
 from .estimate import default_budget, estimate_disk_train_memory, estimate_train_memory
 from .memory_engines import _fastbpe, memory_engine
 from .merge_engine import MergeEngine
@@ -38,9 +39,10 @@ def tokenizer_from_result(result: TrainResult, pretokenizer: str, tie_break: str
     return Tokenizer(result.vocab, merges, symbols, pretokenizer=pretokenizer, tie_break=tie_break)
 
 
-def _fingerprint(settings: dict, totals: dict, config: TrainConfig) -> str:
-    """What a checkpoint's merges depend on: the counts (through the store's totals) and the
-    settings that change merges or ids -- not the vocabulary size, so a resumed run may go further."""
+def _fingerprint(settings: dict, totals: dict, config: TrainConfig, base: Optional[str] = None) -> str:
+    """What a checkpoint's merges depend on: the counts (through the store's totals), the
+    settings that change merges or ids -- not the vocabulary size, so a resumed run may go
+    further -- and ``base``, the rules digest of the tokenizer an extension starts from."""
     keys = ("bytes", "documents", "pretokens", "specials", "unique", "unique_bytes")
     rules = {
         "settings": settings,
@@ -51,21 +53,22 @@ def _fingerprint(settings: dict, totals: dict, config: TrainConfig) -> str:
         "tie_break": config.tie_break,
         "min_word_count": config.min_word_count,
     }
+    if base is not None:  # (absent otherwise: the checkpoints of runs from scratch stay valid)
+        rules["base"] = base
     return hashlib.sha256(json.dumps(rules, sort_keys=True).encode("utf-8")).hexdigest()
 
 
-def _forced_from_tokenizer(tok: Tokenizer, config: TrainConfig, settings: dict) -> List[Tuple[int, int]]:
-    """The merges of ``tok`` to continue from; it must have been trained on these settings."""
+def _forced_from_tokenizer(tok: Tokenizer, config: TrainConfig, settings: dict) -> Optional[List[Tuple[int, int]]]:
+    """The merges of ``tok`` to continue from when a store of these settings could have
+    trained it (its symbols and ids in this run's order); None when not (an extension)."""
     expected = [(256 + i, role, text) for i, (role, text) in enumerate(config.base_symbols())]
     if tok.pretokenizer.name != settings["pretokenizer"] or list(tok.symbols) != expected:
-        raise TrainError(
-            "--from: that tokenizer was not trained with this store's pretokenizer and special tokens; "
-            "continue only a tokenizer this store trained"
-        )
+        return None
+    if any(tok.byte_ids[b] != b for b in range(256)):
+        return None
     first = 256 + len(expected)
-    for r, (left, right, new) in enumerate(tok.merges):
-        if new != first + r:
-            raise TrainError("--from: the tokenizer's ids are not in bpe-stream's order; export it from bpe-stream first")
+    if any(new != first + r for r, (_, _, new) in enumerate(tok.merges)):
+        return None
     if tok.tie_break is not None and tok.tie_break != config.tie_break:
         raise TrainError(f"--from: the tokenizer was trained with --tie-break {tok.tie_break}; use the same")
     return [(left, right) for left, right, _ in tok.merges]
@@ -80,6 +83,7 @@ class TrainPlan:
     limit: int  # merges at most (forced ones included)
     fingerprint: str  # what a checkpoint of this run must carry to be resumed
     forced: Tuple[Tuple[int, int], ...]  # merges applied first: --from's, or the checkpoint's
+    extension: Optional[Extension]  # the tokenizer of another store's --from that this run extends
     resumed: Optional[dict]  # the checkpoint this run extends, whole; None: its first save starts a new one
     path: str  # "memory" or "disk"
     reason: str  # why that path
@@ -131,9 +135,17 @@ def plan_training(
     # 3. The forced prefix: the merges of --from, or those of the checkpoint (--resume).
     messages: List[str] = []
     forced: List[Tuple[int, int]] = []
+    extension = None
     if from_tokenizer is not None:
-        forced = _forced_from_tokenizer(from_tokenizer, config, settings)
-        messages.append(f"continuing from a tokenizer with {len(forced):,} merges")
+        own = _forced_from_tokenizer(from_tokenizer, config, settings)
+        if own is not None:
+            forced = own
+            messages.append(f"continuing from a tokenizer with {len(forced):,} merges")
+        else:
+            extension = Extension.of(from_tokenizer, settings, config)
+            limit = extension.limit(config)
+            fingerprint = _fingerprint(settings, totals, config, base=extension.digest)
+            messages.append(extension.describe())
     resumed = None
     if resume:
         forced, resumed, said = _resume(read_checkpoint(store, txn), fingerprint, config, forced)
@@ -154,7 +166,7 @@ def plan_training(
         )
     return TrainPlan(
         config=config, settings=settings, limit=limit, fingerprint=fingerprint, forced=tuple(forced),
-        resumed=resumed, path=path, reason=reason, engine=engine, budget=budget, unique=unique, symbols=symbols,
+        extension=extension, resumed=resumed, path=path, reason=reason, engine=engine, budget=budget, unique=unique, symbols=symbols,
         memory_estimate=need, index_estimate=index_need, messages=tuple(messages),
     )
 
@@ -203,6 +215,10 @@ def load_engine(store: Store, plan: TrainPlan, txn) -> MergeEngine:
     """The plan's engine with the store's words loaded, read in ``txn`` (the plan's)."""
     config = plan.config
     tokens, marker = config.base_tokens(), config.marker_id()
+    words = store.iter_words(txn, max(1, config.min_word_count))
+    if plan.extension is not None:  # the words as the tokenizer encodes them (marker included)
+        tokens, marker = plan.extension.tokens, None
+        words = plan.extension.words(words) if plan.engine == "disk" else plan.extension.word_arrays(words)
     if plan.engine == "disk":
         engine = DiskEngine(
             tokens, marker, config.tie_break, os.path.join(store.path, "train-scratch"),
@@ -212,7 +228,7 @@ def load_engine(store: Store, plan: TrainPlan, txn) -> MergeEngine:
     else:
         engine = memory_engine(plan.engine, tokens, marker, config.tie_break)
     try:
-        engine.load(store.iter_words(txn, max(1, config.min_word_count)))
+        engine.load(words)
     except BaseException:
         engine.close()
         raise
@@ -239,6 +255,8 @@ def run_plan(
                      checkpoints=checkpoints)
     finally:
         engine.close()
+    if plan.extension is not None:
+        return plan.extension.result(done, plan.config.tie_break)
     result = plan.config.result(done)
     return tokenizer_from_result(result, plan.settings["pretokenizer"], plan.config.tie_break), result
 
