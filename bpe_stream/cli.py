@@ -232,7 +232,7 @@ def train(
     ),
     path: str = typer.Option("auto", "--path", help="auto, memory or disk: where the symbol sequences live."),
     resume: bool = typer.Option(False, "--resume", help="Continue from the store's checkpoint of this run."),
-    from_tokenizer: Optional[str] = typer.Option(None, "--from", help="Continue training this tokenizer (same store)."),
+    from_tokenizer: Optional[str] = typer.Option(None, "--from", help="Continue this tokenizer: one this store trained, or extend any -t format (its ids kept)."),
     checkpoint_every: int = typer.Option(1000, "--checkpoint-every", min=1, help="Checkpoint every N merges."),
     checkpoint_seconds: float = typer.Option(30.0, "--checkpoint-seconds", min=0.0, help="... or every T seconds."),
     quiet: bool = QuietOpt,

@@ -14,11 +14,12 @@ import dataclasses
 import hashlib
 import json
 import os
+import tempfile
 from collections import Counter
 from dataclasses import dataclass
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
-from .counting import count_range, make_settings
+from .counting import DocumentCounter, count_range, make_settings, merge_counts
 from .extend import Extension
 from .estimate import default_budget, estimate_disk_train_memory, estimate_train_memory
 from .memory_engines import _fastbpe, memory_engine
@@ -328,3 +329,74 @@ def train_bpe(
     result = trainer.train(engine=engine)
     merges = [(result.vocab[a], result.vocab[b]) for a, b in result.merges]
     return result.vocab, merges
+
+
+# Distinct pretokens gathered from texts before they go to the store in one batch.
+TEXTS_BATCH_KEYS = 1 << 20
+
+
+def count_texts(store: Store, texts: Iterable[str], settings: dict) -> int:
+    """Counts ``texts`` into ``store`` (created with, or counted before with, ``settings``),
+    each text a document of its own; returns how many texts there were."""
+    store.check_settings(settings)
+    n_texts = 0
+    batch: Counter = Counter()
+    totals = dict.fromkeys(("bytes", "documents", "pretokens", "specials"), 0)
+
+    def flush():
+        nonlocal batch
+        if batch or any(totals.values()):
+            store.add_batch(batch, {}, dict(totals), before=lambda txn: store.settings_in(txn, settings))
+        batch = Counter()
+        totals.update(dict.fromkeys(totals, 0))
+
+    for text in texts:
+        if not isinstance(text, str):
+            raise TypeError(f"train_from_iterator takes texts (str), not {type(text).__name__}")
+        doc = DocumentCounter(settings)
+        doc.feed(text, final=True)
+        partial = doc.partial.to_bytes_keys()
+        merge_counts(batch, partial.counter)
+        totals["bytes"] += len(text.encode("utf-8", "surrogateescape"))
+        totals["pretokens"] += partial.pretokens
+        totals["specials"] += partial.specials
+        totals["documents"] += partial.specials + 1  # as ``count`` has it: each special token ends one
+        n_texts += 1
+        if len(batch) >= TEXTS_BATCH_KEYS:
+            flush()
+    flush()
+    return n_texts
+
+
+def train_from_iterator(
+    texts: Iterable[str],
+    vocab_size: Optional[int] = None,
+    special_tokens: Sequence[str] = (),
+    *,
+    num_merges: Optional[int] = None,
+    store: Union[None, str, os.PathLike, Store] = None,
+    pretokenizer: str = "gpt2",
+    end_of_word: Optional[str] = None,
+    tie_break: str = "max-bytes",
+    min_count: int = 1,
+    from_tokenizer: Optional[Tokenizer] = None,
+    engine: str = "auto",
+) -> Tokenizer:
+    """Trains on an iterable of texts (each one document), as HF's and rustbpe's
+    ``train_from_iterator``: the texts are counted into ``store`` (a path -- created, or
+    counted before with the same settings: runs add up -- or an open ``Store``; None: a
+    temporary one, removed after), then :func:`train_from_store` runs.  ``from_tokenizer``
+    extends that tokenizer (see the README's train section)."""
+    settings = make_settings(pretokenizer, special_tokens, end_of_word)
+    config = TrainConfig(vocab_size=vocab_size, num_merges=num_merges, tie_break=tie_break, min_count=min_count)
+    config.max_merges()  # bad options fail before the texts are read
+    if isinstance(store, Store):
+        count_texts(store, texts, settings)
+        return train_from_store(store, config, engine=engine, from_tokenizer=from_tokenizer)[0]
+    with tempfile.TemporaryDirectory(prefix="bpe-stream-") as scratch:
+        path = os.fspath(store) if store is not None else os.path.join(scratch, "store")
+        with Store.open(path, create=True) as st:
+            return train_from_iterator(texts, special_tokens=special_tokens, store=st, pretokenizer=pretokenizer,
+                                       end_of_word=end_of_word, vocab_size=vocab_size, num_merges=num_merges,
+                                       tie_break=tie_break, min_count=min_count, from_tokenizer=from_tokenizer,
+                                       engine=engine)
