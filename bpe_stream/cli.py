@@ -466,9 +466,12 @@ def eval_(
     tokenizer: str = TokOpt,
     merges: Optional[str] = typer.Option(None, "--merges", help="Evaluate these merge-prefixes, e.g. 0,16,32,64."),
     as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
+    baseline: Optional[str] = typer.Option(
+        None, "--baseline", help="Compare with this tokenizer, e.g. the one train --from extended: tokens saved."
+    ),
 ):
     """Bytes, tokens, bytes/token, compression ratio, encode MB/s and a round-trip check."""
-    from .evaluate import evaluate
+    from .evaluate import compare, evaluate
 
     with user_errors():
         stdout_binary()
@@ -482,21 +485,35 @@ def eval_(
         sources = [Source.from_arg(p) for p in _inputs(paths)]
         if prefixes is not None and any(s.is_stdin for s in sources) and len(prefixes) > 1:
             raise typer.BadParameter("several --merges need files: stdin can be read only once")
+        if baseline is not None and any(s.is_stdin for s in sources):
+            raise typer.BadParameter("--baseline needs files: stdin can be read only once")
+        base = evaluate(load_any(baseline), sources)[0] if baseline is not None else None
         rows = evaluate(tok, sources, prefixes)
+        compared = [compare(r, base) for r in rows] if base is not None else None
         if as_json:
-            typer.echo(json.dumps({"tokenizer": tokenizer, "results": rows}, indent=2))
+            doc = {"tokenizer": tokenizer, "results": rows}
+            if base is not None:
+                doc.update(baseline={"tokenizer": baseline, "result": base}, against_baseline=compared)
+            typer.echo(json.dumps(doc, indent=2))
             return
         header = f"{'merges':>7} {'vocab':>7} {'bytes':>12} {'tokens':>12} {'B/token':>8} {'ratio':>6} {'tok/word':>8} {'used':>6} {'MB/s':>6}  round-trip"
         typer.echo(header)
-        for r in rows:
-            def fmt_num(x, spec):
-                return format(x, spec) if x is not None else "-"
 
+        def fmt_num(x, spec):
+            return format(x, spec) if x is not None else "-"
+
+        for r in rows:
             typer.echo(
                 f"{r['merges']:>7,} {r['vocab_size']:>7,} {r['bytes']:>12,} {r['tokens']:>12,} "
                 f"{fmt_num(r['bytes_per_token'], '8.3f')} {fmt_num(r['compression_ratio'], '6.3f')} "
                 f"{fmt_num(r['tokens_per_word'], '8.3f')} {r['vocab_used_share']:>6.1%} "
                 f"{fmt_num(r['encode_mb_per_s'], '6.2f')}  {_round_trip_word(r)}"
+            )
+        for r, c in zip(rows, compared or ()):
+            typer.echo(
+                f"against {baseline}: {r['merges']:,} merges give {c['tokens_after']:,} tokens for "
+                f"{c['tokens_before']:,}, {c['tokens_saved']:,} saved ({fmt_num(c['tokens_saved_share'], '.1%')}); "
+                f"bytes/token {fmt_num(c['bytes_per_token_before'], '.3f')} -> {fmt_num(c['bytes_per_token_after'], '.3f')}"
             )
         if not all(r["round_trip"] for r in rows) and all(r["lossy_by_design"] for r in rows):
             typer.echo(

@@ -285,3 +285,22 @@ def test_unused_ids_and_a_new_merge_repeating_an_existing_tokens_bytes(cli, tmp_
     assert ext.encode("abc") == [303] and not set(range(256, 300)) & set(ext.vocab)
     res = cli("export", "-t", tmp_path / "e.json", "-f", "hf", "-o", tmp_path / "hf.json")
     assert res.exit_code == 1 and "ids 302 and 303 are both" in res.stderr
+
+
+def test_eval_compares_the_extended_tokenizer_with_its_baseline(cli, tmp_path, cs336, texts):
+    store = count(cli, tmp_path, texts[0], "--special-token", EOT)
+    ok(cli("train", "--store", store, "--from", cs336 / "gpt2_vocab.json", "--num-merges", 300,
+           "-o", tmp_path / "ext.json", "-q"))
+    (tmp_path / "held.txt").write_text(texts[1], encoding="utf-8")
+    gpt2, ext = load_any(cs336 / "gpt2_vocab.json"), load_any(tmp_path / "ext.json")
+    before, after = len(gpt2.encode(texts[1])), len(ext.encode(texts[1]))
+    assert after < before
+    res = ok(cli("eval", "-t", tmp_path / "ext.json", "--baseline", cs336 / "gpt2_vocab.json", tmp_path / "held.txt"))
+    assert f"50,300 merges give {after:,} tokens for {before:,}, {before - after:,} saved" in res.stdout.decode()
+    doc = json.loads(ok(cli("eval", "-t", tmp_path / "ext.json", "--baseline", cs336 / "gpt2_vocab.json",
+                            tmp_path / "held.txt", "--json")).stdout)
+    (row,) = doc["against_baseline"]
+    assert row["tokens_saved"] == before - after and doc["baseline"]["result"]["tokens"] == before
+    assert row["bytes_per_token_after"] > row["bytes_per_token_before"]
+    res = cli("eval", "-t", tmp_path / "ext.json", "--baseline", cs336 / "gpt2_vocab.json", input=b"some text")
+    assert res.exit_code == 2 and "--baseline needs files" in res.stderr
