@@ -449,6 +449,9 @@ def export(
     fmt: str = typer.Option(..., "--format", "-f", help="hf (tokenizer.json), gpt2 (directory), tiktoken (rank file + PATH.json) or native."),
     output: str = typer.Option(..., "--output", "-o", help="Where to write (a directory for gpt2; '-' is stdout for hf and native)."),
     vocab_size: Optional[int] = typer.Option(None, "--vocab-size", help="Keep only the first merges: this many tokens in all."),
+    like: Optional[str] = typer.Option(
+        None, "--like", help="hf: copy this tokenizer.json (the one train --from extended), adding the new tokens and merges."
+    ),
     quiet: bool = QuietOpt,
 ):
     """Write the tokenizer in a format other tools load directly."""
@@ -456,7 +459,7 @@ def export(
 
     with user_errors():
         tok = load_any(tokenizer)
-        for written in export_tokenizer(tok, fmt, output, vocab_size):
+        for written in export_tokenizer(tok, fmt, output, vocab_size, like):
             say(quiet, f"wrote {_shown(written)}")
 
 

@@ -304,3 +304,39 @@ def test_eval_compares_the_extended_tokenizer_with_its_baseline(cli, tmp_path, c
     assert row["bytes_per_token_after"] > row["bytes_per_token_before"]
     res = cli("eval", "-t", tmp_path / "ext.json", "--baseline", cs336 / "gpt2_vocab.json", input=b"some text")
     assert res.exit_code == 2 and "--baseline needs files" in res.stderr
+
+
+def test_hf_export_like_the_original_keeps_what_bpe_stream_does_not_model(cli, tmp_path, texts, hf_small):
+    from tokenizers import Tokenizer as HFTokenizer
+    from tokenizers import processors
+
+    hf = HFTokenizer.from_file(str(hf_small))
+    hf.post_processor = processors.ByteLevel(trim_offsets=True)
+    hf.enable_truncation(max_length=100_000)
+    hf.enable_padding(pad_id=0, pad_token="!")
+    hf.save(str(tmp_path / "orig.json"))
+    original = json.loads((tmp_path / "orig.json").read_text())
+    store = count(cli, tmp_path, texts[0], "--special-token", EOT)
+    ok(cli("train", "--store", store, "--from", tmp_path / "orig.json", "--num-merges", 100, "-o", tmp_path / "ext.json",
+           "-q"))
+    ok(cli("export", "-t", tmp_path / "ext.json", "-f", "hf", "--like", tmp_path / "orig.json", "-o",
+           tmp_path / "out.json", "-q"))
+    out = json.loads((tmp_path / "out.json").read_text())
+    for key in ("added_tokens", "normalizer", "pre_tokenizer", "post_processor", "decoder", "padding", "truncation"):
+        assert out[key] == original[key], key
+    model, before = out["model"], original["model"]
+    assert {k: v for k, v in model.items() if k not in ("vocab", "merges")} == \
+        {k: v for k, v in before.items() if k not in ("vocab", "merges")}
+    assert list(model["vocab"].items())[:len(before["vocab"])] == list(before["vocab"].items())
+    assert model["merges"][:len(before["merges"])] == before["merges"] and len(model["merges"]) == len(before["merges"]) + 100
+    ext, again = load_any(tmp_path / "ext.json"), HFTokenizer.from_file(str(tmp_path / "out.json"))
+    again.no_padding()
+    assert again.encode(texts[1]).ids == ext.encode(texts[1])
+    assert again.get_vocab_size() == ext.vocab_size
+    # only for hf, and only for a tokenizer that extends the file
+    res = cli("export", "-t", tmp_path / "ext.json", "-f", "gpt2", "--like", tmp_path / "orig.json", "-o", tmp_path / "d")
+    assert res.exit_code == 1 and "--like keeps what an HF tokenizer.json holds" in res.stderr
+    res = cli("export", "-t", tmp_path / "ext.json", "-f", "hf", "--like", tmp_path / "orig.json", "--vocab-size", 300,
+              "-o", tmp_path / "cut.json")
+    assert res.exit_code == 1 and "does not extend --like" in res.stderr and "id 300 is not the original's token" in res.stderr
+    assert not (tmp_path / "cut.json").exists()
