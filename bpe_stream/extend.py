@@ -96,19 +96,7 @@ class Extension:
 
     def limit(self, config: TrainConfig) -> int:
         """The merges at most: up to ``--vocab-size`` tokens in all, and ``--num-merges``."""
-        config.max_merges()  # validates the options (its limit counts from 256 + specials)
-        size = len(self.base.vocab)
-        limits = []
-        if config.vocab_size is not None:
-            if config.vocab_size < size:
-                raise TrainError(
-                    f"--vocab-size {config.vocab_size} is smaller than the {size:,} tokens of the tokenizer to "
-                    f"extend; use at least {size}"
-                )
-            limits.append(config.vocab_size - size)
-        if config.num_merges is not None:
-            limits.append(config.num_merges)
-        return min(limits)
+        return config.max_merges(extending=len(self.base.vocab))
 
     def describe(self) -> str:
         return (f"extending a tokenizer of {len(self.base.vocab):,} tokens and {len(self.base.merges):,} merges: "
