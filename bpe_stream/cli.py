@@ -219,7 +219,7 @@ def count(
 @app.command()
 def train(
     output: str = typer.Option(..., "--output", "-o", help="Where to write the tokenizer (JSON; '-' is stdout)."),
-    vocab_size: Optional[int] = typer.Option(None, "--vocab-size", help="Total vocabulary: 256 + specials + merges."),
+    vocab_size: Optional[int] = typer.Option(None, "--vocab-size", help="Total vocabulary: 256 + specials + merges (with --from: all its tokens + the new merges)."),
     num_merges: Optional[int] = typer.Option(None, "--num-merges", help="Number of merges to learn."),
     store: Optional[str] = StoreOpt,
     special_token: List[str] = typer.Option(None, "--special-token", help="Extra special tokens, after the store's."),
