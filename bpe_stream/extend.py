@@ -51,6 +51,10 @@ def _listed(texts: Sequence[str]) -> str:
     return ", ".join(repr(t) for t in texts)
 
 
+def _marker_said(marker: Optional[str]) -> str:
+    return "no word-end marker" if marker is None else f"the word-end marker {marker!r}"
+
+
 def incompatibility(tok: Tokenizer, settings: dict, config: TrainConfig) -> Optional[str]:
     """Why ``tok`` cannot be extended on a store counted with ``settings`` (``config``: the
     run's effective settings, the store's special tokens first), or None."""
@@ -68,8 +72,7 @@ def incompatibility(tok: Tokenizer, settings: dict, config: TrainConfig) -> Opti
                 f"(an extended tokenizer keeps its special tokens){fix}")
     ours, theirs = settings.get("end_of_word"), _marker_text(tok)
     if ours != theirs:
-        said = lambda m: "no word-end marker" if m is None else f"the word-end marker {m!r}"  # noqa: E731
-        return f"the tokenizer has {said(theirs)}, the store was counted with {said(ours)}{fix}"
+        return f"the tokenizer has {_marker_said(theirs)}, the store was counted with {_marker_said(ours)}{fix}"
     if config.doc_boundaries and tok.doc_start_id is None:
         return "the tokenizer has no document boundaries; drop --doc-boundaries (an extended tokenizer keeps its symbols)"
     return None

@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 from .counting import DocumentCounter, count_range, make_settings, merge_counts
-from .extend import Extension
 from .estimate import default_budget, estimate_disk_train_memory, estimate_train_memory
+from .extend import Extension
 from .memory_engines import _fastbpe, memory_engine
 from .merge_engine import MergeEngine
 from .reader import to_bytes

@@ -46,7 +46,7 @@ def from_vocab_merges(vocab: Dict[int, bytes], merges: Sequence[Tuple[bytes, byt
     for rank, (left, right) in enumerate(merges):
         ids = [id_of.get(bytes(left)), id_of.get(bytes(right)), id_of.get(bytes(left) + bytes(right))]
         if None in ids:
-            missing = [t for t, i in zip((left, right, bytes(left) + bytes(right)), ids) if i is None][0]
+            missing = next(t for t, i in zip((left, right, bytes(left) + bytes(right)), ids) if i is None)
             raise TokenizerError(f"merge {rank} ({bytes(left)!r}, {bytes(right)!r}): {missing!r} is not in the vocabulary")
         triples.append(tuple(ids))
 
