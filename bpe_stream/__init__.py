@@ -2,12 +2,13 @@
 
 Library entry points: :class:`Tokenizer` (encode/decode, load/save), :func:`train_bpe`
 (CS336 shape), :class:`Store` (the LMDB word-frequency store) and
-:func:`train_from_store`.  They are imported on first use, so that ``bpe-stream encode``
+:func:`train_from_store` (and :func:`train_from_iterator` for texts in memory).  They are imported on first use, so that ``bpe-stream encode``
 does not load the store and trainer modules it never calls.
 """
 
 __version__ = "0.1.0"
-__all__ = ["Tokenizer", "Store", "TrainConfig", "Trainer", "train_bpe", "train_from_store", "__version__"]
+__all__ = ["Tokenizer", "Store", "TrainConfig", "Trainer", "train_bpe", "train_from_store", "train_from_iterator",
+           "__version__"]
 
 _LAZY = {
     "Tokenizer": "tokenizer",
@@ -16,6 +17,7 @@ _LAZY = {
     "Trainer": "trainer",
     "train_bpe": "pipeline",
     "train_from_store": "pipeline",
+    "train_from_iterator": "pipeline",
 }
 
 

@@ -224,7 +224,7 @@ def count(
 @app.command()
 def train(
     output: str = typer.Option(..., "--output", "-o", help="Where to write the tokenizer (JSON; '-' is stdout)."),
-    vocab_size: Optional[int] = typer.Option(None, "--vocab-size", help="Total vocabulary: 256 + specials + merges."),
+    vocab_size: Optional[int] = typer.Option(None, "--vocab-size", help="Total vocabulary: 256 + specials + merges (with --from: all its tokens + the new merges)."),
     num_merges: Optional[int] = typer.Option(None, "--num-merges", help="Number of merges to learn."),
     store: Optional[str] = StoreOpt,
     special_token: List[str] = typer.Option(None, "--special-token", help="Extra special tokens, after the store's."),
@@ -237,7 +237,7 @@ def train(
     ),
     path: str = typer.Option("auto", "--path", help="auto, memory or disk: where the symbol sequences live."),
     resume: bool = typer.Option(False, "--resume", help="Continue from the store's checkpoint of this run."),
-    from_tokenizer: Optional[str] = typer.Option(None, "--from", help="Continue training this tokenizer (same store)."),
+    from_tokenizer: Optional[str] = typer.Option(None, "--from", help="Continue this tokenizer: one this store trained, or extend any -t format (its ids kept)."),
     checkpoint_every: int = typer.Option(1000, "--checkpoint-every", min=1, help="Checkpoint every N merges."),
     checkpoint_seconds: float = typer.Option(30.0, "--checkpoint-seconds", min=0.0, help="... or every T seconds."),
     quiet: bool = QuietOpt,
@@ -454,6 +454,9 @@ def export(
     fmt: str = typer.Option(..., "--format", "-f", help="hf (tokenizer.json), gpt2 (directory), tiktoken (rank file + PATH.json) or native."),
     output: str = typer.Option(..., "--output", "-o", help="Where to write (a directory for gpt2; '-' is stdout for hf and native)."),
     vocab_size: Optional[int] = typer.Option(None, "--vocab-size", help="Keep only the first merges: this many tokens in all."),
+    like: Optional[str] = typer.Option(
+        None, "--like", help="hf: copy this tokenizer.json (the one train --from extended), adding the new tokens and merges."
+    ),
     quiet: bool = QuietOpt,
 ):
     """Write the tokenizer in a format other tools load directly."""
@@ -461,7 +464,7 @@ def export(
 
     with user_errors():
         tok = load_any(tokenizer)
-        for written in export_tokenizer(tok, fmt, output, vocab_size):
+        for written in export_tokenizer(tok, fmt, output, vocab_size, like):
             say(quiet, f"wrote {_shown(written)}")
 
 
@@ -471,9 +474,12 @@ def eval_(
     tokenizer: str = TokOpt,
     merges: Optional[str] = typer.Option(None, "--merges", help="Evaluate these merge-prefixes, e.g. 0,16,32,64."),
     as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
+    baseline: Optional[str] = typer.Option(
+        None, "--baseline", help="Compare with this tokenizer, e.g. the one train --from extended: tokens saved."
+    ),
 ):
     """Bytes, tokens, bytes/token, compression ratio, encode MB/s and a round-trip check."""
-    from .evaluate import evaluate
+    from .evaluate import compare, evaluate
 
     with user_errors():
         stdout_binary()
@@ -487,21 +493,35 @@ def eval_(
         sources = [Source.from_arg(p) for p in _inputs(paths)]
         if prefixes is not None and any(s.is_stdin for s in sources) and len(prefixes) > 1:
             raise typer.BadParameter("several --merges need files: stdin can be read only once")
+        if baseline is not None and any(s.is_stdin for s in sources):
+            raise typer.BadParameter("--baseline needs files: stdin can be read only once")
+        base = evaluate(load_any(baseline), sources)[0] if baseline is not None else None
         rows = evaluate(tok, sources, prefixes)
+        compared = [compare(r, base) for r in rows] if base is not None else None
         if as_json:
-            typer.echo(json.dumps({"tokenizer": tokenizer, "results": rows}, indent=2))
+            doc = {"tokenizer": tokenizer, "results": rows}
+            if base is not None:
+                doc.update(baseline={"tokenizer": baseline, "result": base}, against_baseline=compared)
+            typer.echo(json.dumps(doc, indent=2))
             return
         header = f"{'merges':>7} {'vocab':>7} {'bytes':>12} {'tokens':>12} {'B/token':>8} {'ratio':>6} {'tok/word':>8} {'used':>6} {'MB/s':>6}  round-trip"
         typer.echo(header)
-        for r in rows:
-            def fmt_num(x, spec):
-                return format(x, spec) if x is not None else "-"
 
+        def fmt_num(x, spec):
+            return format(x, spec) if x is not None else "-"
+
+        for r in rows:
             typer.echo(
                 f"{r['merges']:>7,} {r['vocab_size']:>7,} {r['bytes']:>12,} {r['tokens']:>12,} "
                 f"{fmt_num(r['bytes_per_token'], '8.3f')} {fmt_num(r['compression_ratio'], '6.3f')} "
                 f"{fmt_num(r['tokens_per_word'], '8.3f')} {r['vocab_used_share']:>6.1%} "
                 f"{fmt_num(r['encode_mb_per_s'], '6.2f')}  {_round_trip_word(r)}"
+            )
+        for r, c in zip(rows, compared or ()):
+            typer.echo(
+                f"against {baseline}: {r['merges']:,} merges give {c['tokens_after']:,} tokens for "
+                f"{c['tokens_before']:,}, {c['tokens_saved']:,} saved ({fmt_num(c['tokens_saved_share'], '.1%')}); "
+                f"bytes/token {fmt_num(c['bytes_per_token_before'], '.3f')} -> {fmt_num(c['bytes_per_token_after'], '.3f')}"
             )
         if not all(r["round_trip"] for r in rows) and all(r["lossy_by_design"] for r in rows):
             typer.echo(

@@ -6,6 +6,8 @@ the compression ratio ``8 * bytes / (tokens * ceil(log2(vocab_size)))`` (bits of
 text per bit of fixed-width token ids), tokens per whitespace-separated word, the share
 of the vocabulary the text uses, encode throughput and a byte-exact round-trip check
 (SHA-256 of the input against SHA-256 of the decoded output, so memory stays flat).
+:func:`compare` sets a row against a baseline's (``eval --baseline``: the tokenizer an
+extension started from): the tokens saved on the same text.
 A tokenizer with a word-end marker is lossy by design -- decoding turns each marker into
 one space -- so its rows say ``lossy_by_design`` and a changed round trip is no failure.
 """
@@ -109,3 +111,16 @@ def evaluate(tok: Tokenizer, sources: Sequence[Source], merges: Optional[Sequenc
     """One result row per merge-prefix (the whole tokenizer when ``merges`` is None)."""
     targets = [tok] if not merges else [prefix(tok, k) for k in merges]
     return [evaluate_one(t, sources) for t in targets]
+
+
+def compare(row: Dict[str, object], baseline: Dict[str, object]) -> Dict[str, object]:
+    """What ``row`` saves against ``baseline``, two results on the same text."""
+    before, after = baseline["tokens"], row["tokens"]
+    return {
+        "tokens_before": before,
+        "tokens_after": after,
+        "tokens_saved": before - after,
+        "tokens_saved_share": (before - after) / before if before else None,
+        "bytes_per_token_before": baseline["bytes_per_token"],
+        "bytes_per_token_after": row["bytes_per_token"],
+    }

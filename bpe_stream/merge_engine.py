@@ -42,14 +42,15 @@ class WordArrays:
     """Words as three flat arrays: all symbols word after word, each word's end offset and
     its count.  Without a word-end marker every symbol is a byte, so the symbols are the
     pretokens' bytes themselves (a bytearray: a quarter of array('I'), and extending is a
-    copy); with one, array('I')."""
+    copy); with one, or ``wide`` (words given as arrays of ids), array('I')."""
 
-    def __init__(self, marker: Optional[int] = None):
+    def __init__(self, marker: Optional[int] = None, wide: bool = False):
         self.marker = marker
+        self.wide = wide or marker is not None
         self.symbols, self.ends, self.freqs = self._empty()
 
     def _empty(self):
-        return (array("I") if self.marker is not None else bytearray()), array("Q"), array("q")
+        return (array("I") if self.wide else bytearray()), array("Q"), array("q")
 
     @property
     def width(self) -> int:

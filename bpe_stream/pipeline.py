@@ -14,12 +14,14 @@ import dataclasses
 import hashlib
 import json
 import os
+import tempfile
 from collections import Counter
 from dataclasses import dataclass
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
-from .counting import count_range, make_settings
+from .counting import DocumentCounter, count_range, make_settings, merge_counts
 from .estimate import default_budget, estimate_disk_train_memory, estimate_train_memory
+from .extend import Extension
 from .memory_engines import _fastbpe, memory_engine
 from .merge_engine import MergeEngine
 from .reader import to_bytes
@@ -38,9 +40,10 @@ def tokenizer_from_result(result: TrainResult, pretokenizer: str, tie_break: str
     return Tokenizer(result.vocab, merges, symbols, pretokenizer=pretokenizer, tie_break=tie_break)
 
 
-def _fingerprint(settings: dict, totals: dict, config: TrainConfig) -> str:
-    """What a checkpoint's merges depend on: the counts (through the store's totals) and the
-    settings that change merges or ids -- not the vocabulary size, so a resumed run may go further."""
+def _fingerprint(settings: dict, totals: dict, config: TrainConfig, base: Optional[str] = None) -> str:
+    """What a checkpoint's merges depend on: the counts (through the store's totals), the
+    settings that change merges or ids -- not the vocabulary size, so a resumed run may go
+    further -- and ``base``, the rules digest of the tokenizer an extension starts from."""
     keys = ("bytes", "documents", "pretokens", "specials", "unique", "unique_bytes")
     rules = {
         "settings": settings,
@@ -51,21 +54,22 @@ def _fingerprint(settings: dict, totals: dict, config: TrainConfig) -> str:
         "tie_break": config.tie_break,
         "min_word_count": config.min_word_count,
     }
+    if base is not None:  # (absent otherwise: the checkpoints of runs from scratch stay valid)
+        rules["base"] = base
     return hashlib.sha256(json.dumps(rules, sort_keys=True).encode("utf-8")).hexdigest()
 
 
-def _forced_from_tokenizer(tok: Tokenizer, config: TrainConfig, settings: dict) -> List[Tuple[int, int]]:
-    """The merges of ``tok`` to continue from; it must have been trained on these settings."""
+def _forced_from_tokenizer(tok: Tokenizer, config: TrainConfig, settings: dict) -> Optional[List[Tuple[int, int]]]:
+    """The merges of ``tok`` to continue from when a store of these settings could have
+    trained it (its symbols and ids in this run's order); None when not (an extension)."""
     expected = [(256 + i, role, text) for i, (role, text) in enumerate(config.base_symbols())]
     if tok.pretokenizer.name != settings["pretokenizer"] or list(tok.symbols) != expected:
-        raise TrainError(
-            "--from: that tokenizer was not trained with this store's pretokenizer and special tokens; "
-            "continue only a tokenizer this store trained"
-        )
+        return None
+    if any(tok.byte_ids[b] != b for b in range(256)):
+        return None
     first = 256 + len(expected)
-    for r, (left, right, new) in enumerate(tok.merges):
-        if new != first + r:
-            raise TrainError("--from: the tokenizer's ids are not in bpe-stream's order; export it from bpe-stream first")
+    if any(new != first + r for r, (_, _, new) in enumerate(tok.merges)):
+        return None
     if tok.tie_break is not None and tok.tie_break != config.tie_break:
         raise TrainError(f"--from: the tokenizer was trained with --tie-break {tok.tie_break}; use the same")
     return [(left, right) for left, right, _ in tok.merges]
@@ -80,6 +84,7 @@ class TrainPlan:
     limit: int  # merges at most (forced ones included)
     fingerprint: str  # what a checkpoint of this run must carry to be resumed
     forced: Tuple[Tuple[int, int], ...]  # merges applied first: --from's, or the checkpoint's
+    extension: Optional[Extension]  # the tokenizer of another store's --from that this run extends
     resumed: Optional[dict]  # the checkpoint this run extends, whole; None: its first save starts a new one
     path: str  # "memory" or "disk"
     reason: str  # why that path
@@ -131,9 +136,17 @@ def plan_training(
     # 3. The forced prefix: the merges of --from, or those of the checkpoint (--resume).
     messages: List[str] = []
     forced: List[Tuple[int, int]] = []
+    extension = None
     if from_tokenizer is not None:
-        forced = _forced_from_tokenizer(from_tokenizer, config, settings)
-        messages.append(f"continuing from a tokenizer with {len(forced):,} merges")
+        own = _forced_from_tokenizer(from_tokenizer, config, settings)
+        if own is not None:
+            forced = own
+            messages.append(f"continuing from a tokenizer with {len(forced):,} merges")
+        else:
+            extension = Extension.of(from_tokenizer, settings, config)
+            limit = extension.limit(config)
+            fingerprint = _fingerprint(settings, totals, config, base=extension.digest)
+            messages.append(extension.describe())
     resumed = None
     if resume:
         forced, resumed, said = _resume(read_checkpoint(store, txn), fingerprint, config, forced)
@@ -157,7 +170,7 @@ def plan_training(
                         "(--resume cannot continue this run)")
     return TrainPlan(
         config=config, settings=settings, limit=limit, fingerprint=fingerprint, forced=tuple(forced),
-        resumed=resumed, path=path, reason=reason, engine=engine, budget=budget, unique=unique, symbols=symbols,
+        extension=extension, resumed=resumed, path=path, reason=reason, engine=engine, budget=budget, unique=unique, symbols=symbols,
         memory_estimate=need, index_estimate=index_need, messages=tuple(messages),
     )
 
@@ -216,6 +229,10 @@ def load_engine(store: Store, plan: TrainPlan, txn) -> MergeEngine:
     """The plan's engine with the store's words loaded, read in ``txn`` (the plan's)."""
     config = plan.config
     tokens, marker = config.base_tokens(), config.marker_id()
+    words = store.iter_words(txn, max(1, config.min_word_count))
+    if plan.extension is not None:  # the words as the tokenizer encodes them (marker included)
+        tokens, marker = plan.extension.tokens, None
+        words = plan.extension.words(words) if plan.engine == "disk" else plan.extension.word_arrays(words)
     if plan.engine == "disk":
         engine = DiskEngine(
             tokens, marker, config.tie_break, _scratch_dir(store),
@@ -225,7 +242,7 @@ def load_engine(store: Store, plan: TrainPlan, txn) -> MergeEngine:
     else:
         engine = memory_engine(plan.engine, tokens, marker, config.tie_break)
     try:
-        engine.load(store.iter_words(txn, max(1, config.min_word_count)))
+        engine.load(words)
     except BaseException:
         engine.close()
         raise
@@ -252,6 +269,8 @@ def run_plan(
                      checkpoints=checkpoints)
     finally:
         engine.close()
+    if plan.extension is not None:
+        return plan.extension.result(done, plan.config.tie_break)
     result = plan.config.result(done)
     return tokenizer_from_result(result, plan.settings["pretokenizer"], plan.config.tie_break), result
 
@@ -323,3 +342,74 @@ def train_bpe(
     result = trainer.train(engine=engine)
     merges = [(result.vocab[a], result.vocab[b]) for a, b in result.merges]
     return result.vocab, merges
+
+
+# Distinct pretokens gathered from texts before they go to the store in one batch.
+TEXTS_BATCH_KEYS = 1 << 20
+
+
+def count_texts(store: Store, texts: Iterable[str], settings: dict) -> int:
+    """Counts ``texts`` into ``store`` (created with, or counted before with, ``settings``),
+    each text a document of its own; returns how many texts there were."""
+    store.check_settings(settings)
+    n_texts = 0
+    batch: Counter = Counter()
+    totals = dict.fromkeys(("bytes", "documents", "pretokens", "specials"), 0)
+
+    def flush():
+        nonlocal batch
+        if batch or any(totals.values()):
+            store.add_batch(batch, {}, dict(totals), before=lambda txn: store.settings_in(txn, settings))
+        batch = Counter()
+        totals.update(dict.fromkeys(totals, 0))
+
+    for text in texts:
+        if not isinstance(text, str):
+            raise TypeError(f"train_from_iterator takes texts (str), not {type(text).__name__}")
+        doc = DocumentCounter(settings)
+        doc.feed(text, final=True)
+        partial = doc.partial.to_bytes_keys()
+        merge_counts(batch, partial.counter)
+        totals["bytes"] += len(text.encode("utf-8", "surrogateescape"))
+        totals["pretokens"] += partial.pretokens
+        totals["specials"] += partial.specials
+        totals["documents"] += partial.specials + 1  # as ``count`` has it: each special token ends one
+        n_texts += 1
+        if len(batch) >= TEXTS_BATCH_KEYS:
+            flush()
+    flush()
+    return n_texts
+
+
+def train_from_iterator(
+    texts: Iterable[str],
+    vocab_size: Optional[int] = None,
+    special_tokens: Sequence[str] = (),
+    *,
+    num_merges: Optional[int] = None,
+    store: Union[None, str, os.PathLike, Store] = None,
+    pretokenizer: str = "gpt2",
+    end_of_word: Optional[str] = None,
+    tie_break: str = "max-bytes",
+    min_count: int = 1,
+    from_tokenizer: Optional[Tokenizer] = None,
+    engine: str = "auto",
+) -> Tokenizer:
+    """Trains on an iterable of texts (each one document), as HF's and rustbpe's
+    ``train_from_iterator``: the texts are counted into ``store`` (a path -- created, or
+    counted before with the same settings: runs add up -- or an open ``Store``; None: a
+    temporary one, removed after), then :func:`train_from_store` runs.  ``from_tokenizer``
+    extends that tokenizer (see the README's train section)."""
+    settings = make_settings(pretokenizer, special_tokens, end_of_word)
+    config = TrainConfig(vocab_size=vocab_size, num_merges=num_merges, tie_break=tie_break, min_count=min_count)
+    config.max_merges()  # bad options fail before the texts are read
+    if isinstance(store, Store):
+        count_texts(store, texts, settings)
+        return train_from_store(store, config, engine=engine, from_tokenizer=from_tokenizer)[0]
+    with tempfile.TemporaryDirectory(prefix="bpe-stream-") as scratch:
+        path = os.fspath(store) if store is not None else os.path.join(scratch, "store")
+        with Store.open(path, create=True) as st:
+            return train_from_iterator(texts, special_tokens=special_tokens, store=st, pretokenizer=pretokenizer,
+                                       end_of_word=end_of_word, vocab_size=vocab_size, num_merges=num_merges,
+                                       tie_break=tie_break, min_count=min_count, from_tokenizer=from_tokenizer,
+                                       engine=engine)

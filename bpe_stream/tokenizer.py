@@ -231,6 +231,27 @@ class Tokenizer:
 
         return load_gpt2(vocab_json, merges_txt, special_tokens)
 
+    @classmethod
+    def from_vocab_merges(cls, vocab: Dict[int, bytes], merges: Sequence[Tuple[bytes, bytes]],
+                          special_tokens: Optional[Sequence[str]] = None, pretokenizer: str = "gpt2") -> "Tokenizer":
+        """From what ``train_bpe`` returns (CS336's shape): id -> bytes, and the merges as byte
+        pairs in order.  Special tokens as in :meth:`from_files`.  :meth:`to_vocab_merges`
+        is the inverse.
+
+        >>> again = Tokenizer.from_vocab_merges(*tok.to_vocab_merges(), pretokenizer="whitespace")
+        >>> again.special_tokens, again.encode("abc<|end|>"), again.to_vocab_merges()[1]
+        (['<|end|>'], [256, 99, 258], [(b'a', b'b'), (b'b', b'c')])
+        """
+        from .formats.vocab_merges import from_vocab_merges
+
+        return from_vocab_merges(vocab, merges, special_tokens, pretokenizer)
+
+    def to_vocab_merges(self) -> Tuple[Dict[int, bytes], List[Tuple[bytes, bytes]]]:
+        """``(vocab, merges)`` in ``train_bpe``'s shape (see :meth:`from_vocab_merges`)."""
+        from .formats.vocab_merges import to_vocab_merges
+
+        return to_vocab_merges(self)
+
     def save(self, path) -> None:
         """Writes the native tokenizer file at ``path`` (atomically; :meth:`load` reads it)."""
         from .formats.native import save_native

@@ -93,15 +93,22 @@ class TrainConfig:
         SpecialSplitter(self.special_tokens)  # non-empty UTF-8 texts
         check_end_of_word(self.end_of_word, self.special_tokens)
 
-    def max_merges(self) -> int:
+    def max_merges(self, extending: Optional[int] = None) -> int:
+        """The merges at most (``--vocab-size`` counts all tokens); ``extending``: the tokens
+        of the tokenizer a run extends, which take the place of the base symbols."""
         self.check()
-        base = 256 + len(self.base_symbols())
+        base = 256 + len(self.base_symbols()) if extending is None else extending
         if self.tie_break not in TIE_BREAKS:
             raise TrainError(f"unknown tie-break {self.tie_break!r}; choose one of {', '.join(TIE_BREAKS)}")
         if self.vocab_size is None and self.num_merges is None:
             raise TrainError("give --vocab-size N or --num-merges N")
         limits = []
         if self.vocab_size is not None:
+            if self.vocab_size < base and extending is not None:
+                raise TrainError(
+                    f"--vocab-size {self.vocab_size} is smaller than the {base:,} tokens of the tokenizer to "
+                    f"extend; use at least {base}"
+                )
             if self.vocab_size < base:
                 raise TrainError(
                     f"--vocab-size {self.vocab_size} is smaller than the {base} base symbols "

@@ -136,7 +136,7 @@ def truncate(tok: Tokenizer, vocab_size: int) -> Tokenizer:
     return Tokenizer(vocab, merges, tok.symbols, pretokenizer=tok.pretokenizer.name, tie_break=tok.tie_break)
 
 
-def export_tokenizer(tok: Tokenizer, fmt: str, path, vocab_size: Optional[int] = None) -> List[str]:
+def export_tokenizer(tok: Tokenizer, fmt: str, path, vocab_size: Optional[int] = None, like=None) -> List[str]:
     """Writes ``tok`` (its first merges only, with ``vocab_size``) in format ``fmt``;
     returns the paths written.
 
@@ -148,9 +148,13 @@ def export_tokenizer(tok: Tokenizer, fmt: str, path, vocab_size: Optional[int] =
 
     ``path`` ``-`` is stdout, for the formats that are one file (``hf``, ``native``).  The
     output paths are checked (:func:`atomic.check_output`) before anything is converted.
+    ``like`` (``hf`` only): the HF file ``tok`` extends, kept whole but for the new tokens
+    and merges (``hf_like``).
     """
     if fmt not in EXPORT_FORMATS:
         raise TokenizerError(f"unknown export format {fmt!r}; choose one of {', '.join(EXPORT_FORMATS)}")
+    if like is not None and fmt != "hf":
+        raise TokenizerError(f"--like keeps what an HF tokenizer.json holds: it goes with --format hf, not {fmt}")
     path = os.fspath(path)
     if path == STDOUT:
         if fmt not in STREAM_FORMATS:
@@ -162,12 +166,12 @@ def export_tokenizer(tok: Tokenizer, fmt: str, path, vocab_size: Optional[int] =
     if vocab_size is not None:
         tok = truncate(tok, vocab_size)
     if path == STDOUT:
-        dump_tokenizer(tok, fmt, stream)
+        dump_tokenizer(tok, fmt, stream, like)
         return [STDOUT]
     if fmt == "hf":
         from .hf import save_hf
 
-        return [save_hf(tok, path)]
+        return [save_hf(tok, path, like)]
     if fmt == "gpt2":
         from .gpt2 import save_gpt2
 
@@ -202,14 +206,18 @@ def _outputs(fmt: str, path: str) -> List[tuple]:
     return [(path, False)]
 
 
-def dump_tokenizer(tok: Tokenizer, fmt: str, stream: BinaryIO) -> None:
-    """Writes ``tok`` in the one-file format ``fmt`` (``hf`` or ``native``) to a binary stream."""
+def dump_tokenizer(tok: Tokenizer, fmt: str, stream: BinaryIO, like=None) -> None:
+    """Writes ``tok`` in the one-file format ``fmt`` (``hf`` or ``native``; ``like``: see
+    :func:`export_tokenizer`) to a binary stream."""
     from .hf import write_hf
     from .native import write_native
 
     text = io.TextIOWrapper(stream, encoding="utf-8", newline="\n")
     try:
-        (write_hf if fmt == "hf" else write_native)(tok, text)
+        if fmt == "hf":
+            write_hf(tok, text, like)
+        else:
+            write_native(tok, text)
         text.flush()
     finally:
         text.detach()  # the stream (stdout) stays open

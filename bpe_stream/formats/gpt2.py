@@ -11,6 +11,7 @@ from ..tokenizer import Tokenizer, TokenizerError
 from .common import printable_keys, reject_doc_boundaries, reject_end_of_word
 from .files import read_json, read_tokenizer_file
 from .printable import from_printable
+from .vocab_merges import special_symbols
 
 
 def load_gpt2(vocab_json, merges_txt, special_tokens: Optional[Sequence[str]] = None) -> Tokenizer:
@@ -46,19 +47,8 @@ def load_gpt2(vocab_json, merges_txt, special_tokens: Optional[Sequence[str]] = 
         if None in ids:
             raise TokenizerError(f"{merges_txt}:{lineno}: {line!r} names a token missing from {vocab_json}")
         merges.append(tuple(ids))
-    if special_tokens is None:
-        made = {new for _, _, new in merges}
-        special_tokens = [t for t, tid in sorted(text_to_id.items(), key=lambda kv: kv[1])
-                          if len(vocab[tid]) > 1 and tid not in made]
-    symbols = []
-    next_id = max(vocab, default=-1) + 1
-    for special in special_tokens:
-        tid = text_to_id.get(special)
-        if tid is None:
-            tid = next_id
-            next_id += 1
-        vocab[tid] = special.encode("utf-8")  # its text, not a printable-form decoding
-        symbols.append((tid, "special", special))
+    by_id = {tid: text for text, tid in text_to_id.items()}
+    symbols = special_symbols(vocab, merges, special_tokens, text_to_id.get, by_id.__getitem__)
     return Tokenizer(vocab, merges, symbols, pretokenizer="gpt2")
 
 

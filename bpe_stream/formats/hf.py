@@ -124,17 +124,24 @@ def hf_file(path) -> str:
     return os.path.join(path, "tokenizer.json") if os.path.isdir(path) else path
 
 
-def write_hf(tok: Tokenizer, f) -> None:
-    """Writes the ``tokenizer.json`` document of ``tok`` to the text stream ``f``."""
-    json.dump(to_hf_document(tok), f, ensure_ascii=False, indent=2)
+def write_hf(tok: Tokenizer, f, like=None) -> None:
+    """Writes the ``tokenizer.json`` document of ``tok`` to the text stream ``f`` (``like``:
+    as a copy of that HF file, which ``tok`` extends; see ``hf_like``)."""
+    if like is not None:
+        from .hf_like import to_hf_document_like
+
+        doc = to_hf_document_like(tok, like)
+    else:
+        doc = to_hf_document(tok)
+    json.dump(doc, f, ensure_ascii=False, indent=2)
     f.write("\n")
 
 
-def save_hf(tok: Tokenizer, path) -> str:
+def save_hf(tok: Tokenizer, path, like=None) -> str:
     """Writes ``tokenizer.json`` at ``path`` (inside it when ``path`` is a directory); returns the file."""
     path = hf_file(path)
     with atomic_write(path, "w") as f:
-        write_hf(tok, f)
+        write_hf(tok, f, like)
     return path
 
 
