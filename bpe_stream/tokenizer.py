@@ -5,8 +5,10 @@ merge ranks, the special tokens and their ids, the word-end marker and document
 boundaries, and a bounded cache pretoken -> ids.  Encoding splits special tokens first
 (longest match), pretokenizes the rest (``gpt2`` through :func:`gpt2_split`, which gives
 the same pretokens faster), and encodes each pretoken by merge rank (the C encoder, or
-``bpe.encode_by_rank``).  Streams are split with ``pretokenize.StreamSplitter``, so any
-chunking gives the ids of the whole.  ``encode_text_bytes`` and ``encode_raw_items_bytes``
+``bpe.encode_by_rank``).  With the C extension built and a named pretokenizer, all of that
+runs in C on the text's UTF-8 bytes instead (``_native_ids``: csrc/textencoder.c, with its
+own bounded cache), giving the same ids.  Streams are split with
+``pretokenize.StreamSplitter``, so any chunking gives the ids of the whole.  ``encode_text_bytes`` and ``encode_raw_items_bytes``
 return the ids as native uint32 ``bytes`` (no list of ints: what the CLI writes).
 Reading and writing files is left to ``formats``.
 """
@@ -25,6 +27,7 @@ from .bpe import PAIR_SHIFT, encode_by_rank
 from .native import fastbpe as _fastbpe  # the C encoder (csrc/encoder.c); bpe.encode_by_rank is the reference
 from .pretokenize import ASCII_PATTERNS, GPT2_PATTERN, Pretokenizer, SpecialSplitter, StreamSplitter
 from .reader import CHUNK_BYTES, decode_chunks, to_bytes
+from .scan import NATIVE_PATTERNS
 
 CACHE_ENTRIES = 1 << 17
 COALESCE_CHARS = 1 << 16
@@ -185,11 +188,15 @@ class Tokenizer:
         self._special_bytes = {text: array("I", [sid]).tobytes() for text, sid in self.special_ids.items()}
         self._cache: Dict[str, List[int]] = {}
         self._encoder = None
+        # the C encoder pretokenizes too (encode_text) for the patterns of the native scanner
+        self._native_pattern = self.pretokenizer.name in NATIVE_PATTERNS
         if _fastbpe is not None:
             try:
                 self._encoder = _fastbpe.Encoder(
                     merges=self.merges, byte_ids=list(self.byte_ids),
                     marker=-1 if self.marker_id is None else self.marker_id, cache_limit=CACHE_ENTRIES,
+                    pattern=self.pretokenizer.name if self._native_pattern else None,
+                    specials=[(_utf8(text), sid) for text, sid in self.special_ids.items()],
                 )
             except OverflowError as exc:
                 raise TokenizerError(f"the tokenizer is too large for the encoder ({exc})") from None
@@ -288,21 +295,68 @@ class Tokenizer:
         self._encode_pretokens(pieces, out)
         return array("I", out).tobytes()
 
+    # -- the native path: UTF-8 bytes to ids in C -------------------------------------
+    def _native(self) -> bool:
+        """Whether the C encoder pretokenizes too: it is built, for a named pretokenizer."""
+        return self._native_pattern and self._encoder is not None
+
+    def _native_ids(self, data, fmt: str = "ids", specials: bool = True) -> Tuple[bytes, int]:
+        """The ids of the UTF-8 bytes ``data`` (invalid bytes kept, as decoding with
+        ``surrogateescape`` keeps them) in ``fmt`` -- ``ids`` (native uint32), ``u32``,
+        ``u16``, ``txt`` as ``ids_io.format_ids`` writes them -- and how many they are.
+        ``specials``: split on special tokens (False: ``data`` holds none).  Needs :meth:`_native`."""
+        try:
+            return self._encoder.encode_text(data, fmt, specials)
+        except OverflowError as exc:  # a pretoken past the encoder's 32-bit positions
+            raise TokenizerError(f"a pretoken is too large for the encoder ({exc})") from None
+
+    def _native_input(self, text: str) -> Optional[bytes]:
+        """The bytes of ``text`` for :meth:`_native_ids`, or None when they do not decode
+        back to ``text`` -- lone surrogates that are not escaped bytes, or escaped bytes that
+        together are UTF-8 -- and only the str path sees what ``text`` holds."""
+        try:
+            return text.encode("utf-8")
+        except UnicodeEncodeError:
+            pass
+        try:
+            data = to_bytes(text)
+        except UnicodeEncodeError:
+            return None
+        return data if data.decode("utf-8", "surrogateescape") == text else None
+
+    def _text_ids(self, text: str) -> bytes:
+        """The ids of ``text``, which holds no special token, as native-order uint32 ``bytes``."""
+        data = self._native_input(text) if self._native() else None
+        if data is not None:
+            return self._native_ids(data, specials=False)[0]
+        return self._pretoken_ids(self._split(text))
+
+    def _append_text_ids(self, text: str, out: List[int]) -> None:
+        """Appends the ids of ``text``, which holds no special token, to ``out``."""
+        if self._native():
+            ids = array("I")
+            ids.frombytes(self._text_ids(text))
+            out += ids.tolist()
+        else:
+            self._encode_pretokens(self._split(text), out)
+
     def encode_raw_items_bytes(self, items) -> bytes:
         """:meth:`encode_raw_items` as native-order uint32 ``bytes``: no list of ints is made."""
-        split = self._split
         specials = self._special_bytes
         parts = []
         for kind, value in items:
             if kind == "special":
                 parts.append(specials[value])
             else:
-                parts.append(self._pretoken_ids(split(value)))
+                parts.append(self._text_ids(value))
         return b"".join(parts)
 
     def encode_text_bytes(self, text: str) -> bytes:
         """The ids of ``text`` as native-order uint32 ``bytes``, special tokens recognised,
         without the document boundaries: a safe piece of a document (or a whole one)."""
+        data = self._native_input(text) if self._native() else None
+        if data is not None:
+            return self._native_ids(data)[0]
         split = self._split
         if self.splitter.regex is None:
             return self._pretoken_ids(split(text)) if text else b""
@@ -316,7 +370,7 @@ class Tokenizer:
         """Appends the ids of ``StreamSplitter`` items (``raw`` or not) to ``out``."""
         for kind, value in items:
             if kind == "text":
-                self._encode_pretokens(self._split(value), out)
+                self._append_text_ids(value, out)
             elif kind == "pretokens":
                 self._encode_pretokens(value, out)
             else:
@@ -330,7 +384,7 @@ class Tokenizer:
             if kind == "special":
                 out.append(self.special_ids[value])
             else:
-                self._encode_pretokens(self._split(value), out)
+                self._append_text_ids(value, out)
         return out
 
     def encode(self, text: str) -> List[int]:
