@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import copy
 import io
+import random
 from array import array
 
 import pytest
@@ -23,6 +24,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scanner_inputs import SETTINGS, corpus_slices, fragment
 from test_encode_stream import train, written
+from test_engines import random_tokenizer
 
 from bpe_stream import Tokenizer, encoding, native, scan
 from bpe_stream.ids_io import format_ids, write_ids
@@ -101,6 +103,15 @@ def test_any_bytes_give_the_ids_of_the_python_path(toks, twins, data, name):
     body = want[1:] if tok.doc_start_id is not None else want
     body = body[:-1] if tok.doc_end_id is not None else body
     assert native_list(tok, data) == body
+
+
+@settings(max_examples=150, **SETTINGS)
+@given(text=st.text(alphabet="aabbc é", max_size=90), seed=st.integers(0, 10**6), eow=st.sampled_from([None, "</w>"]))
+def test_short_and_long_pretokens_merge_as_the_reference(text, seed, eow):
+    """One pretoken (``none``; ``whitespace`` with a marker) of up to 90 symbols: the short
+    pretokens' pair scan and the long ones' heap both merge as ``bpe.encode_by_rank``."""
+    tok = random_tokenizer(random.Random(seed), "none" if eow is None else "whitespace", 60, eow)
+    assert native_list(tok, text.encode()) == python_twin(tok).encode(text)
 
 
 @pytest.mark.parametrize("label, data", list(corpus_slices()), ids=lambda v: v if isinstance(v, str) else "")

@@ -11,10 +11,10 @@ int bs_format_by_name(const char *name) {
 
 const char *bs_format_name(int fmt) { return fmt >= 0 && fmt < BS_FMT_COUNT ? FORMAT_NAMES[fmt] : NULL; }
 
+/* Branch-free (the sizes of neighbouring ids vary at random; the compiler vectorizes the sum). */
 static inline size_t digits(uint32_t v) {
-    size_t d = 1;
-    while (v >= 10) v /= 10, d++;
-    return d;
+    return (size_t)1 + (v >= 10u) + (v >= 100u) + (v >= 1000u) + (v >= 10000u) + (v >= 100000u) + (v >= 1000000u) +
+           (v >= 10000000u) + (v >= 100000000u) + (v >= 1000000000u);
 }
 
 int bs_format_size(const uint32_t *ids, size_t n, int fmt, size_t *size) {
@@ -61,7 +61,9 @@ static inline uint8_t *put_decimal(uint8_t *end, uint32_t v) {
 
 void bs_format(const uint32_t *ids, size_t n, int fmt, uint8_t *out) {
     switch (fmt) {
-    case BS_FMT_IDS: memcpy(out, ids, 4 * n); return;
+    case BS_FMT_IDS:
+        if (n) memcpy(out, ids, 4 * n); /* (no ids: ids may be NULL) */
+        return;
     case BS_FMT_U32:
         for (size_t k = 0; k < n; k++, out += 4)
             out[0] = (uint8_t)ids[k], out[1] = (uint8_t)(ids[k] >> 8), out[2] = (uint8_t)(ids[k] >> 16),

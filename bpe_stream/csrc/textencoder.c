@@ -51,33 +51,41 @@ int bs_te_add_special(bs_text_encoder *te, const uint8_t *token, size_t len, uin
 
 size_t bs_te_cached(const bs_text_encoder *te) { return bs_idcache_len(te->cache); }
 
-/* Appends n ids to the output. */
+/* Appends n ids to the output (most pretokens are one or two ids: no memcpy call). */
 static inline int append(bs_text_encoder *te, const uint32_t *ids, size_t n) {
     BS_RESERVE_OR_RETURN(te->out, te->cap_out, te->n_out + n, 4096, BS_LIMIT64(te->out));
-    memcpy(te->out + te->n_out, ids, n * sizeof(uint32_t));
+    uint32_t *out = te->out + te->n_out;
+    for (size_t k = 0; k < n; k++) out[k] = ids[k];
     te->n_out += n;
     return BS_OK;
 }
 
-/* Appends the ids of the pretoken s[0:len); `readable`: the bytes from s that may be read. */
-static inline int encode_pretoken(bs_text_encoder *te, const uint8_t *s, size_t len, size_t readable) {
-    uint64_t hash = bs_idcache_hash(s, len, readable);
-    size_t n;
-    const uint32_t *ids = bs_idcache_get(te->cache, s, len, hash, &n);
+/* Appends the ids of the pretoken s[0:len): those the lookup found, unless the cache
+ * changed since, or the merges' (which the cache then keeps). */
+static inline int encode_pretoken(bs_text_encoder *te, const uint8_t *s, size_t len, const bs_idcache_found *found,
+                                  uint64_t generation) {
+    size_t n = found->n_ids;
+    const uint32_t *ids = found->ids;
+    if (!ids || generation != bs_idcache_generation(te->cache)) /* (a miss: an earlier one may have put it) */
+        ids = bs_idcache_get(te->cache, s, len, found->hash, &n);
     if (ids) return append(te, ids, n);
     int rc = encoder_encode(te->enc, s, len, &ids, &n);
-    if (rc || (rc = bs_idcache_put(te->cache, s, len, hash, ids, n))) return rc;
+    if (rc || (rc = bs_idcache_put(te->cache, s, len, found->hash, ids, n))) return rc;
     return append(te, ids, n);
 }
 
-/* Appends the ids of data[0:len), a stretch without special tokens, scanned on its own. */
+/* Appends the ids of data[0:len), a stretch without special tokens, scanned on its own;
+ * the pretokens looked up in the cache a batch at a time. */
 static int encode_stretch(bs_text_encoder *te, const uint8_t *data, size_t len) {
     bs_span spans[SPAN_BATCH];
+    bs_idcache_found found[SPAN_BATCH];
     size_t pos = 0;
     ptrdiff_t got;
     while ((got = bs_scan(te->pattern, data, len, &pos, spans, SPAN_BATCH)) > 0) {
+        bs_idcache_lookup(te->cache, data, len, spans, (size_t)got, found);
+        uint64_t generation = bs_idcache_generation(te->cache);
         for (ptrdiff_t k = 0; k < got; k++) {
-            int rc = encode_pretoken(te, data + spans[k].start, spans[k].end - spans[k].start, len - spans[k].start);
+            int rc = encode_pretoken(te, data + spans[k].start, spans[k].end - spans[k].start, &found[k], generation);
             if (rc) return rc;
         }
     }
