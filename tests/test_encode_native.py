@@ -213,16 +213,20 @@ def test_u16_refuses_an_id_above_65535_and_an_unknown_format_is_refused(toks):
 
 
 # -- UTF-8 -------------------------------------------------------------------------------------
+def decode_fails_at(data: bytes) -> int:
+    """Where ``data.decode("utf-8")`` fails (its error's start), or -1."""
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return exc.start
+    return -1
+
+
 @settings(max_examples=400, **SETTINGS)
 @given(data=text_bytes)
 def test_first_invalid_utf8_is_where_decode_fails(data):
-    try:
-        data.decode("utf-8")
-        want = -1
-    except UnicodeDecodeError as exc:
-        want = exc.start
-    assert scan.first_invalid_utf8(data) == want
-    assert fastbpe.first_invalid_utf8(data=bytearray(data)) == want
+    assert scan.first_invalid_utf8(data) == decode_fails_at(data)
+    assert fastbpe.first_invalid_utf8(data=bytearray(data)) == decode_fails_at(data)
 
 
 def test_first_invalid_utf8_without_the_extension(monkeypatch):
@@ -234,16 +238,12 @@ def test_first_invalid_utf8_without_the_extension(monkeypatch):
 @settings(max_examples=60, **SETTINGS)
 @given(data=text_bytes, piece=st.integers(1, 40), workers=st.sampled_from([1, 2]))
 def test_strict_utf8_names_the_offset_decode_names(pools, data, piece, workers):
-    try:
-        data.decode("utf-8")
-        bad = None
-    except UnicodeDecodeError as exc:
-        bad = exc.start
+    bad = decode_fails_at(data)
     enc = pools[("gpt2", workers)]
     old = encoding.PIECE_CHARS
     encoding.PIECE_CHARS = piece
     try:
-        if bad is None:
+        if bad < 0:
             enc.write(io.BytesIO(), io.BytesIO(data), "u32", chunk_bytes=7, strict=True)
         else:
             with pytest.raises(InputError, match=rf"invalid UTF-8 at byte offset {bad}\b"):
