@@ -1,6 +1,7 @@
 """The pure BPE core: pair keys, tie-break order, merging one word, encoding by rank.
 
 No I/O of any kind: the store, the trainer's loop, the tokenizer and the exports call in.
+Every function's docstring carries a small worked example (run by ``tests/test_doctests.py``).
 
 Conventions (``../shared/spec/bpe.md``):
 
@@ -26,10 +27,20 @@ LOW_MASK = (1 << PAIR_SHIFT) - 1
 
 
 def pack_pair(left: int, right: int) -> int:
+    """The pair ``(left, right)`` as one int.
+
+    >>> pack_pair(1, 2)
+    4294967298
+    """
     return (left << PAIR_SHIFT) | right
 
 
 def unpack_pair(pair: int) -> Tuple[int, int]:
+    """The ``(left, right)`` of a packed pair.
+
+    >>> unpack_pair(4294967298)
+    (1, 2)
+    """
     return pair >> PAIR_SHIFT, pair & LOW_MASK
 
 
@@ -42,6 +53,13 @@ _REVERSED = bytes(255 - b for b in range(256))
 
 
 def forward_key(token: bytes) -> bytes:
+    """A key that orders byte strings as bytes do, also when keys are concatenated.
+
+    >>> forward_key(b"ab")
+    b'\\x01a\\x01b\\x00'
+    >>> forward_key(b"a") < forward_key(b"ab") < forward_key(b"b")
+    True
+    """
     out = bytearray(2 * len(token) + 1)
     out[0:-1:2] = b"\x01" * len(token)
     out[1::2] = token
@@ -50,6 +68,11 @@ def forward_key(token: bytes) -> bytes:
 
 
 def reversed_key(token: bytes) -> bytes:
+    """A key that orders byte strings in reverse, also when keys are concatenated.
+
+    >>> reversed_key(b"b") < reversed_key(b"ab") < reversed_key(b"a")
+    True
+    """
     out = bytearray(2 * len(token) + 1)
     out[0:-1:2] = b"\x01" * len(token)
     out[1::2] = token.translate(_REVERSED)
@@ -58,7 +81,15 @@ def reversed_key(token: bytes) -> bytes:
 
 
 def tie_break_keys(rule: str) -> Callable[[int, bytes, bytes], object]:
-    """``key(pair, left_bytes, right_bytes)``: among pairs of equal count the smallest key wins."""
+    """``key(pair, left_bytes, right_bytes)``: among pairs of equal count the smallest key wins.
+
+    >>> key = tie_break_keys("max-bytes")  # (a, c) beats (a, b): its bytes are greater
+    >>> key(pack_pair(97, 99), b"a", b"c") < key(pack_pair(97, 98), b"a", b"b")
+    True
+    >>> key = tie_break_keys("min-ids")  # the smaller ids win, whatever their bytes
+    >>> key(pack_pair(97, 98), b"a", b"b") < key(pack_pair(97, 99), b"a", b"c")
+    True
+    """
     if rule == "max-bytes":
         return lambda pair, lb, rb: reversed_key(lb) + reversed_key(rb)
     if rule == "min-bytes":
@@ -69,7 +100,15 @@ def tie_break_keys(rule: str) -> Callable[[int, bytes, bytes], object]:
 
 
 def count_pairs(words: Sequence[Sequence[int]], freqs: Sequence[int]) -> Dict[int, int]:
-    """Weighted counts of adjacent pairs, overlapping occurrences included."""
+    """Weighted counts of adjacent pairs, overlapping occurrences included.
+
+    >>> {unpack_pair(p): n for p, n in count_pairs([[1, 2, 3, 1, 2]], [1]).items()}
+    {(1, 2): 2, (2, 3): 1, (3, 1): 1}
+    >>> {unpack_pair(p): n for p, n in count_pairs([[1, 2, 3, 1, 2], [1, 2]], [1, 10]).items()}
+    {(1, 2): 12, (2, 3): 1, (3, 1): 1}
+    >>> {unpack_pair(p): n for p, n in count_pairs([b"aaa"], [1]).items()}  # overlapping: aa twice
+    {(97, 97): 2}
+    """
     counts: Dict[int, int] = {}
     get = counts.get
     for word, freq in zip(words, freqs):
@@ -86,6 +125,12 @@ def merge_word(word: Sequence[int], left: int, right: int, new: int, freq: int, 
     Only the pairs next to each occurrence change: ``(x, left)``, ``(left, right)`` and
     ``(right, y)`` lose one, ``(x, new)`` and ``(new, y)`` gain one, where ``x`` is the symbol
     already written before the occurrence (possibly a fresh ``new``) and ``y`` the one after.
+
+    >>> deltas = {}
+    >>> merge_word([1, 2, 3, 1, 2], 1, 2, 4, 5, deltas)  # the word occurs 5 times
+    [4, 3, 4]
+    >>> {unpack_pair(p): n for p, n in deltas.items()}
+    {(1, 2): -10, (2, 3): -5, (4, 3): 5, (3, 1): -5, (3, 4): 5}
     """
     out: List[int] = []
     n = len(word)
@@ -116,7 +161,11 @@ def merge_word(word: Sequence[int], left: int, right: int, new: int, freq: int, 
 
 
 def apply_merge(word: Sequence[int], left: int, right: int, new: int) -> List[int]:
-    """``word`` with the non-overlapping occurrences of ``(left, right)`` replaced, left to right."""
+    """``word`` with the non-overlapping occurrences of ``(left, right)`` replaced, left to right.
+
+    >>> apply_merge([97, 97, 97], 97, 97, 256)  # aaa -> [aa, a]
+    [256, 97]
+    """
     return merge_word(word, left, right, new, 0, {})
 
 
@@ -126,6 +175,10 @@ def encode_by_rank(symbols: List[int], ranks: Dict[int, Tuple[int, int]]) -> Lis
     ``ranks`` maps a packed pair to ``(rank, new_id)``.  Because a token's merges all come
     after the merge that made it, this equals replaying the merges in training order --
     never a choice by frequency in the input.
+
+    >>> ranks = {pack_pair(97, 98): (0, 256), pack_pair(98, 99): (1, 257)}  # ab first, then bc
+    >>> encode_by_rank([97, 98, 99], ranks)  # abc -> ab + c, not a + bc
+    [256, 99]
     """
     if len(symbols) < 2:
         return symbols

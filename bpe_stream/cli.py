@@ -354,7 +354,7 @@ def decode(
         with _open_output(output) as out:
             for source in sources:
                 with source.reading() as stream:
-                    for data in tok.decode_chunks(read_ids(stream, fmt)):
+                    for data in tok._decode_chunks(read_ids(stream, fmt)):
                         out.write(data)
 
 

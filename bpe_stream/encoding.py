@@ -47,7 +47,7 @@ def _encode_items(items, fmt: str, tok: Optional[Tokenizer] = None) -> Tuple[byt
     """A task: the ids of raw items (``StreamSplitter(raw=True)`` output) in ``fmt``, and
     how many ids they are.  ``tok``: the encoder's own (in process), else the workers' copy."""
     tok = _TOKENIZER if tok is None else tok
-    return _finish(tok, tok.encode_raw_items_bytes(items), fmt)
+    return _finish(tok, tok._encode_raw_items_bytes(items), fmt)
 
 
 def _encode_bytes(data: bytes, offset: int, strict: bool, fmt: str, tok: Optional[Tokenizer] = None) -> Tuple[bytes, int]:
@@ -60,7 +60,7 @@ def _encode_bytes(data: bytes, offset: int, strict: bool, fmt: str, tok: Optiona
         raise InputError(f"invalid UTF-8 at byte offset {offset + bad}; drop --strict-utf8 to keep such bytes as they are")
     if tok._native():
         return tok._native_ids(data, fmt)
-    return _finish(tok, tok.encode_text_bytes(data.decode("utf-8", "surrogateescape")), fmt)
+    return _finish(tok, tok._encode_text_bytes(data.decode("utf-8", "surrogateescape")), fmt)
 
 
 class ParallelEncoder:

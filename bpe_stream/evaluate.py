@@ -81,7 +81,7 @@ def evaluate_one(tok: Tokenizer, sources: Sequence[Source], chunk_bytes: int = C
                     yield ids
 
             decoded = hashlib.sha256()
-            for data in tok.decode_chunks(timed_batches()):
+            for data in tok._decode_chunks(timed_batches()):
                 decoded.update(data)
         n_bytes += tee.size
         n_words += tee.words

@@ -1,25 +1,34 @@
 """The library's front doors: train from a store or a file, returning a ``Tokenizer``.
 
-Glue only: it reads counts from the store (or counts a file in memory), hands them to the
-trainer and turns the result into a ``Tokenizer``.  The CLI calls these functions.
+Training from a store is two steps.  :func:`plan_training` decides everything from the
+store and the options without side effects -- the effective settings, the fingerprint of
+the run, what to resume or continue (the forced prefix), the path (memory or disk) and
+why -- into a :class:`TrainPlan`; then the words go into the plan's engine and the
+training driver (``train_driver.drive``) runs it, checkpointing into the store.
+:func:`train_from_store` does both, in the numbered steps it reads as.  The CLI calls it.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
-import time
 from collections import Counter
+from dataclasses import dataclass
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from .counting import count_range, make_settings
-from .reader import to_bytes
 from .estimate import default_budget, estimate_disk_train_memory, estimate_train_memory
-from .sequences import DiskTrainer
-from .store import Store, StoreError, pack
+from .memory_engines import _fastbpe, memory_engine
+from .merge_engine import MergeEngine
+from .reader import to_bytes
+from .sequences import DiskEngine
+from .store import Store, StoreError
+from .store_checkpoint import Checkpointer, read_checkpoint, write_checkpoint  # noqa: F401  (also imported from here)
 from .tokenizer import Tokenizer
-from .trainer import MergeLog, TrainConfig, TrainError, Trainer, TrainResult
+from .train_driver import Checkpoints, ProgressFn, drive
+from .trainer import TrainConfig, TrainError, Trainer, TrainResult
 
 
 def tokenizer_from_result(result: TrainResult, pretokenizer: str, tie_break: str) -> Tokenizer:
@@ -27,74 +36,6 @@ def tokenizer_from_result(result: TrainResult, pretokenizer: str, tie_break: str
     merges = [(left, right, first + r) for r, (left, right) in enumerate(result.merges)]
     symbols = [(256 + i, role, text) for i, (role, text) in enumerate(result.symbols)]
     return Tokenizer(result.vocab, merges, symbols, pretokenizer=pretokenizer, tie_break=tie_break)
-
-
-CHECKPOINT_KEY = b"checkpoint"  # {"fingerprint", "count", "chunks"}; the merges in chunks after it
-_CHUNK_PREFIX = b"checkpoint/"
-
-
-def _chunk_key(i: int) -> bytes:
-    return _CHUNK_PREFIX + b"%08d" % i
-
-
-def read_checkpoint(store: Store, txn=None) -> Optional[dict]:
-    """The store's training checkpoint as ``{"fingerprint", "merges": [[left, right, count], ...]}``."""
-    if txn is None:
-        with store.reader() as t:
-            return read_checkpoint(store, t)
-    head = store.get_train(CHECKPOINT_KEY, txn)
-    if not isinstance(head, dict) or not isinstance(head.get("chunks"), int):
-        return None
-    merges: list = []
-    for i in range(head["chunks"]):
-        flat = store.get_train(_chunk_key(i), txn)
-        if not isinstance(flat, list) or len(flat) % 3:
-            raise StoreError(f"the training checkpoint in {store.path} is damaged; train without --resume")
-        merges += [flat[j:j + 3] for j in range(0, len(flat), 3)]
-    if len(merges) != head.get("count"):
-        raise StoreError(f"the training checkpoint in {store.path} is damaged; train without --resume")
-    return {"fingerprint": head.get("fingerprint"), "merges": merges}
-
-
-class Checkpointer:
-    """Commits the merges of a run into the store, each save adding only the new ones (one
-    chunk, one transaction), so checkpoints cost the same at merge 30,000 as at 1,000."""
-
-    def __init__(self, store: Store, fingerprint: str, resumed: Optional[dict] = None):
-        self.store = store
-        self.fingerprint = fingerprint
-        self.saved = len(resumed["merges"]) if resumed else 0
-        self.chunks = None if not resumed else store.get_train(CHECKPOINT_KEY)["chunks"]
-
-    def save(self, merges: Sequence[Tuple[int, int, int]]) -> None:
-        new = merges[self.saved:]
-        if not new and self.chunks is not None:
-            return
-        db = self.store.db["train"]
-
-        def txn_fn(txn):
-            if self.chunks is None:  # a new run: drop the chunks of an older one
-                with txn.cursor(db=db) as cur:
-                    if cur.set_range(_CHUNK_PREFIX):
-                        while cur.key().startswith(_CHUNK_PREFIX):
-                            if not cur.delete():
-                                break
-                chunks = 0
-            else:
-                chunks = self.chunks
-            flat = [x for m in new for x in m]
-            txn.put(_chunk_key(chunks), pack(flat), db=db)
-            head = {"fingerprint": self.fingerprint, "count": self.saved + len(new), "chunks": chunks + 1}
-            txn.put(CHECKPOINT_KEY, pack(head), db=db)
-            return chunks + 1
-
-        self.chunks = self.store.write(txn_fn)
-        self.saved += len(new)
-
-
-def write_checkpoint(store: Store, fingerprint: str, merges: Sequence[Tuple[int, int, int]]) -> None:
-    """Replaces the store's checkpoint with ``merges`` (for tools and tests)."""
-    Checkpointer(store, fingerprint).save(list(merges))
 
 
 def _fingerprint(settings: dict, totals: dict, config: TrainConfig) -> str:
@@ -130,10 +71,182 @@ def _forced_from_tokenizer(tok: Tokenizer, config: TrainConfig, settings: dict) 
     return [(left, right) for left, right, _ in tok.merges]
 
 
+@dataclass(frozen=True)
+class TrainPlan:
+    """What a training run from a store will do, decided before it does anything."""
+
+    config: TrainConfig  # the effective settings: the store's special tokens first, its word-end marker
+    settings: dict  # the store's counting settings (pretokenizer, ...)
+    limit: int  # merges at most (forced ones included)
+    fingerprint: str  # what a checkpoint of this run must carry to be resumed
+    forced: Tuple[Tuple[int, int], ...]  # merges applied first: --from's, or the checkpoint's
+    resumed: Optional[dict]  # the checkpoint this run extends, whole; None: its first save starts a new one
+    path: str  # "memory" or "disk"
+    reason: str  # why that path
+    engine: str  # "c", "python" or "disk"
+    budget: int  # bytes (--max-memory)
+    unique: int  # distinct pretokens trained on ...
+    symbols: int  # ... and their symbols
+    memory_estimate: int  # bytes the in-memory engine needs
+    index_estimate: int  # bytes the disk path's pair index needs
+    messages: Tuple[str, ...]  # what the run says on stderr before it starts, in order
+
+
+def plan_training(
+    store: Store,
+    config: TrainConfig,
+    txn=None,
+    *,
+    engine: str = "auto",
+    max_memory: Optional[int] = None,
+    path: str = "auto",
+    resume: bool = False,
+    from_tokenizer: Optional[Tokenizer] = None,
+) -> TrainPlan:
+    """The plan of training on ``store`` as ``txn`` (a read transaction; None: a new one)
+    sees it.  Reads only; raises ``StoreError`` / ``TrainError`` for what cannot work."""
+    if txn is None:
+        with store.reader() as t:
+            return plan_training(store, config, t, engine=engine, max_memory=max_memory, path=path, resume=resume,
+                                 from_tokenizer=from_tokenizer)
+    # 1. The settings: the store's special tokens, then the config's extra ones; its marker.
+    info = store.info(txn)
+    settings = info["settings"] if info else None
+    if settings is None:
+        raise StoreError(f"the store at {store.path} has no counts yet; run 'bpe-stream count' first")
+    config = dataclasses.replace(
+        config, special_tokens=list(dict.fromkeys(list(settings["special_tokens"]) + list(config.special_tokens))),
+        end_of_word=settings.get("end_of_word"),
+    )
+    limit = config.max_merges()  # validates before reading the words
+    budget = max_memory if max_memory is not None else default_budget()
+    # 2. The words' figures, and the run's fingerprint.
+    totals = store.totals(txn)
+    unique = store.unique_words(txn)
+    unique_bytes = totals.get("unique_bytes")
+    if unique_bytes is None or (unique and not unique_bytes):  # a store from before the total existed
+        unique_bytes = sum(len(w) for w, _ in store.iter_words(txn))
+    symbols = unique_bytes + (unique if config.end_of_word is not None else 0)
+    fingerprint = _fingerprint(settings, totals, config)
+    # 3. The forced prefix: the merges of --from, or those of the checkpoint (--resume).
+    messages: List[str] = []
+    forced: List[Tuple[int, int]] = []
+    if from_tokenizer is not None:
+        forced = _forced_from_tokenizer(from_tokenizer, config, settings)
+        messages.append(f"continuing from a tokenizer with {len(forced):,} merges")
+    resumed = None
+    if resume:
+        forced, resumed, said = _resume(read_checkpoint(store, txn), fingerprint, config, forced)
+        messages.append(said)
+    # 4. The path, the engine, and why.
+    path, reason, engine, need = _choose_path(path, engine, unique, symbols, budget)
+    messages.append(
+        f"training {'in memory' if path == 'memory' else 'with the sequence table on disk'} "
+        f"({unique:,} distinct pretokens, {symbols:,} symbols; {reason})"
+    )
+    index_need = estimate_disk_train_memory(unique, symbols)
+    if path == "disk" and index_need > budget:
+        # The exact algorithm still runs (nothing is pruned or sampled); the pair index
+        # just lives beyond the budget, and the OS pages it if it must.
+        messages.append(
+            f"note: the pair index alone is estimated at {index_need / 1e6:,.0f} MB, over the budget of "
+            f"{budget / 1e6:,.0f} MB; training stays exact but may page (raise --max-memory if you can)"
+        )
+    return TrainPlan(
+        config=config, settings=settings, limit=limit, fingerprint=fingerprint, forced=tuple(forced),
+        resumed=resumed, path=path, reason=reason, engine=engine, budget=budget, unique=unique, symbols=symbols,
+        memory_estimate=need, index_estimate=index_need, messages=tuple(messages),
+    )
+
+
+def _resume(checkpoint: Optional[dict], fingerprint: str, config: TrainConfig, forced: List[Tuple[int, int]]):
+    """The forced prefix with the checkpoint's merges, the checkpoint extended (or None), and what to say."""
+    if checkpoint is None or checkpoint.get("fingerprint") != fingerprint:
+        return forced, None, "no checkpoint of this run to resume (the store or the settings changed); training from the start"
+    # The checkpoint's merges stand only while their counts reach --min-count, which the
+    # fingerprint leaves out (it only stops training earlier).
+    kept = []
+    for m in checkpoint["merges"]:
+        if m[2] < max(1, config.min_count):
+            break
+        kept.append(m)
+    saved = [tuple(m[:2]) for m in kept]
+    if forced and saved[: len(forced)] != forced[: len(saved)]:
+        raise TrainError("--resume and --from disagree: the checkpoint holds other merges; drop one of them")
+    # Cut short, the checkpoint is not this run's start: the run's first save replaces it
+    # (appending to its chunks would leave more merges in them than the head counts).
+    resumed = checkpoint if len(kept) == len(checkpoint["merges"]) else None
+    return (saved if len(saved) > len(forced) else forced), resumed, f"resuming after {len(saved):,} checkpointed merges"
+
+
+def _choose_path(path: str, engine: str, unique: int, symbols: int, budget: int) -> Tuple[str, str, str, int]:
+    """(path, the reason for it, the engine, the in-memory estimate)."""
+    if engine not in ("auto", "c", "python"):
+        raise TrainError(f"unknown engine {engine!r}")
+    if engine == "c" and _fastbpe is None:
+        raise TrainError("the C trainer is not built here; use engine='python'")
+    memory = "python" if engine == "python" or _fastbpe is None else "c"
+    need = estimate_train_memory(unique, symbols, memory)
+    if path == "auto":
+        path = "memory" if need <= budget or _fastbpe is None else "disk"
+        reason = f"estimated {need / 1e6:,.0f} MB {'fits' if path == 'memory' else 'exceeds'} the budget of {budget / 1e6:,.0f} MB"
+    else:
+        reason = "as asked"
+    if path not in ("memory", "disk"):
+        raise TrainError(f"unknown training path {path!r}; use memory, disk or auto")
+    if path == "disk" and _fastbpe is None:
+        raise TrainError("the disk path needs the C extension; reinstall bpe-stream with a C compiler")
+    return path, reason, (memory if path == "memory" else "disk"), need
+
+
+def load_engine(store: Store, plan: TrainPlan, txn) -> MergeEngine:
+    """The plan's engine with the store's words loaded, read in ``txn`` (the plan's)."""
+    config = plan.config
+    tokens, marker = config.base_tokens(), config.marker_id()
+    if plan.engine == "disk":
+        engine = DiskEngine(
+            tokens, marker, config.tie_break, os.path.join(store.path, "train-scratch"),
+            mapped_budget=plan.budget - plan.index_estimate,  # what the pair index leaves for the table's pages
+            size_hint=4 * plan.symbols + 40 * plan.unique,  # the table: symbols, and a count and key per word
+        )
+    else:
+        engine = memory_engine(plan.engine, tokens, marker, config.tie_break)
+    try:
+        engine.load(store.iter_words(txn, max(1, config.min_word_count)))
+    except BaseException:
+        engine.close()
+        raise
+    return engine
+
+
+def run_plan(
+    store: Store,
+    plan: TrainPlan,
+    engine: MergeEngine,
+    on_progress: Optional[ProgressFn] = None,
+    *,
+    checkpoint_every: int = 1000,
+    checkpoint_seconds: float = 30.0,
+) -> Tuple[Tokenizer, TrainResult]:
+    """Runs the merges of ``plan`` on its loaded ``engine`` (closed after), checkpointing
+    into ``store`` unless it is read-only."""
+    checkpoints = None
+    if not store.readonly:
+        saver = Checkpointer(store, plan.fingerprint, plan.resumed)
+        checkpoints = Checkpoints(saver.save, every=checkpoint_every, seconds=checkpoint_seconds)
+    try:
+        done = drive(engine, plan.limit, plan.config.min_count, plan.forced, on_progress=on_progress,
+                     checkpoints=checkpoints)
+    finally:
+        engine.close()
+    result = plan.config.result(done)
+    return tokenizer_from_result(result, plan.settings["pretokenizer"], plan.config.tie_break), result
+
+
 def train_from_store(
     store: Store,
     config: TrainConfig,
-    on_progress: Optional[Callable[[list, int, int], None]] = None,
+    on_progress: Optional[ProgressFn] = None,
     engine: str = "auto",
     *,
     max_memory: Optional[int] = None,
@@ -150,128 +263,28 @@ def train_from_store(
     estimate fits ``max_memory``).  Both give the same merges.  Every ``checkpoint_every``
     merges or ``checkpoint_seconds`` the merges so far are committed to the store, and
     ``resume`` continues from them; ``from_tokenizer`` continues a finished tokenizer.
+    ``config`` is not changed (the plan holds the effective one).
     """
-    settings = store.settings()
-    if settings is None:
-        raise StoreError(f"the store at {store.path} has no counts yet; run 'bpe-stream count' first")
-    config.special_tokens = list(dict.fromkeys(list(settings["special_tokens"]) + list(config.special_tokens)))
-    config.end_of_word = settings.get("end_of_word")
-    limit = config.max_merges()  # validates before reading the store
     if not checkpoint_seconds >= 0:  # nan too
         raise TrainError(f"--checkpoint-seconds {checkpoint_seconds} is not a time; give seconds, 0 or more (inf: never)")
-    budget = max_memory if max_memory is not None else default_budget()
-
-    with store.reader() as txn:
-        totals = store.totals(txn)
-        unique = store.unique_words(txn)
-        unique_bytes = totals.get("unique_bytes")
-        if unique_bytes is None or (unique and not unique_bytes):  # a store from before the total existed
-            unique_bytes = sum(len(w) for w, _ in store.iter_words(txn))
-        symbols = unique_bytes + (unique if config.end_of_word is not None else 0)
-        fingerprint = _fingerprint(settings, totals, config)
-        checkpoint = read_checkpoint(store, txn)
-
-        forced: List[Tuple[int, int]] = []
-        if from_tokenizer is not None:
-            forced = _forced_from_tokenizer(from_tokenizer, config, settings)
-            on_message(f"continuing from a tokenizer with {len(forced):,} merges")
-        if resume:
-            if checkpoint is None or checkpoint.get("fingerprint") != fingerprint:
-                on_message("no checkpoint of this run to resume (the store or the settings changed); training from the start")
-            else:
-                # The checkpoint's merges stand only while their counts reach --min-count,
-                # which the fingerprint leaves out (it only stops training earlier).
-                kept = []
-                for m in checkpoint["merges"]:
-                    if m[2] < max(1, config.min_count):
-                        break
-                    kept.append(m)
-                checkpoint = dict(checkpoint, merges=kept)
-                saved = [tuple(m[:2]) for m in kept]
-                if forced and saved[: len(forced)] != forced[: len(saved)]:
-                    raise TrainError("--resume and --from disagree: the checkpoint holds other merges; drop one of them")
-                if len(saved) > len(forced):
-                    forced = saved
-                on_message(f"resuming after {len(saved):,} checkpointed merges")
-
-        use_c = engine in ("auto", "c") and _fastbpe_available()
-        need = estimate_train_memory(unique, symbols, "c" if use_c else "python")
-        if path == "auto":
-            path = "memory" if need <= budget or not _fastbpe_available() else "disk"
-            reason = (
-                f"estimated {need / 1e6:,.0f} MB {'fits' if path == 'memory' else 'exceeds'} the budget of {budget / 1e6:,.0f} MB"
-            )
-        else:
-            reason = "as asked"
-        if path not in ("memory", "disk"):
-            raise TrainError(f"unknown training path {path!r}; use memory, disk or auto")
-        on_message(
-            f"training {'in memory' if path == 'memory' else 'with the sequence table on disk'} "
-            f"({unique:,} distinct pretokens, {symbols:,} symbols; {reason})"
-        )
-        index_need = estimate_disk_train_memory(unique, symbols)
-        if path == "disk" and index_need > budget:
-            # The exact algorithm still runs (nothing is pruned or sampled); the pair index
-            # just lives beyond the budget, and the OS pages it if it must.
-            on_message(
-                f"note: the pair index alone is estimated at {index_need / 1e6:,.0f} MB, over the budget of "
-                f"{budget / 1e6:,.0f} MB; training stays exact but may page (raise --max-memory if you can)"
-            )
-
-        merges_so_far = MergeLog()
-        last_save = [time.monotonic(), 0]
-        resumed = checkpoint if (resume and checkpoint and checkpoint.get("fingerprint") == fingerprint
-                                 and [tuple(m[:2]) for m in checkpoint["merges"]] == forced[: len(checkpoint["merges"])]) else None
-        checkpointer = Checkpointer(store, fingerprint, resumed) if not store.readonly else None
-
-        def save_checkpoint() -> None:
-            checkpointer.save(merges_so_far)
-            last_save[0], last_save[1] = time.monotonic(), len(merges_so_far)
-
-        def progress(batch, done, lim):
-            merges_so_far.extend(batch)
-            if store.readonly:
-                pass
-            elif len(merges_so_far) - last_save[1] >= checkpoint_every or time.monotonic() - last_save[0] >= checkpoint_seconds:
-                save_checkpoint()
-            if on_progress is not None:
-                on_progress(batch, done, lim)
-
-        # The words are read in the same transaction as the totals the fingerprint names.
-        min_word = max(1, config.min_word_count)
-        if path == "memory":
-            trainer = Trainer(config)
-            trainer.feed(store.iter_words(txn, min_word))
-        else:
-            trainer = DiskTrainer(
-                [config.base_vocab()[i] for i in range(256 + len(config.base_symbols()))], config.marker_id(),
-                config.tie_break, os.path.join(store.path, "train-scratch"),
-                mapped_budget=budget - index_need,  # what the pair index leaves for the table's pages
-                size_hint=4 * symbols + 40 * unique,  # the table: symbols, and a count and key per word
-            )
-            try:
-                trainer.load(store.iter_words(txn, min_word))
-            except BaseException:
-                trainer.close()
-                raise
-    store.remap()  # the store's pages read so far are not needed while merging
+    with store.reader() as txn:  # the plan's figures and the words trained on: one committed state
+        # 1. Plan: settings, fingerprint, forced prefix, path (no side effects).
+        plan = plan_training(store, config, txn, engine=engine, max_memory=max_memory, path=path, resume=resume,
+                             from_tokenizer=from_tokenizer)
+        # 2. Say what will happen.
+        for message in plan.messages:
+            on_message(message)
+        # 3. Load the words into the plan's engine.
+        merger = load_engine(store, plan, txn)
+    # 4. Drop the store's pages read so far: they are not needed while merging.
     try:
-        if path == "memory":
-            result = trainer.train(progress, forced=forced, engine=engine)
-        else:
-            result = config.result(trainer.run(limit, config.min_count, forced, progress))
-    finally:
-        if path == "disk":
-            trainer.close()
-    if merges_so_far and not store.readonly:
-        save_checkpoint()
-    return tokenizer_from_result(result, settings["pretokenizer"], config.tie_break), result
-
-
-def _fastbpe_available() -> bool:
-    from .trainer import _fastbpe
-
-    return _fastbpe is not None
+        store.remap()
+    except BaseException:
+        merger.close()
+        raise
+    # 5. Merge (forced prefix, then learned), checkpointing; the tokenizer.
+    return run_plan(store, plan, merger, on_progress, checkpoint_every=checkpoint_every,
+                    checkpoint_seconds=checkpoint_seconds)
 
 
 def count_file(path, settings: dict) -> Counter:

@@ -1,4 +1,4 @@
-"""The out-of-core trainer: symbol sequences on disk (LMDB), only the pair index in memory.
+"""The out-of-core engine: symbol sequences on disk (LMDB), only the pair index in memory.
 
 Used when the in-memory trainer would not fit the memory budget.  The sequence table
 maps a word id (4 bytes, big-endian, so ids append in key order) to the word's count
@@ -17,6 +17,9 @@ and writes back those that changed.  The result is byte-identical to the in-memo
 for every tie-break (the tests compare the two).  Nothing here is approximate: when even
 the pair index would not fit, training still runs this exact algorithm (slower, as the
 machine swaps or pages), it never subsamples or prunes pairs.
+
+:class:`DiskEngine` is a ``merge_engine.MergeEngine``: the training driver
+(``train_driver.drive``) runs it as it runs the in-memory engines.
 """
 
 from __future__ import annotations
@@ -26,14 +29,15 @@ import shutil
 import sys
 from array import array
 from contextlib import contextmanager
-from typing import Callable, Iterable, List, Optional, Sequence, Tuple
+from typing import List, Optional, Sequence, Tuple
 
 import lmdb
 
+from .merge_engine import INT64_MAX, Merge, TrainError, Words, word_sequences
 from .native import agree
 from .native import fastbpe as _fastbpe
 from .store import StoreError
-from .trainer import INT64_MAX, TrainError
+from .train_driver import ProgressFn, drive
 
 # The sequence table's row, field by field as (name, bytes, byte order).  The key is the
 # one field meant to sort: big-endian, so that LMDB's byte order is word-id order (a load
@@ -219,10 +223,11 @@ def _index_limits():
         raise TrainError(f"the corpus is too large for the disk path's pair index ({exc})") from None
 
 
-class DiskTrainer:
-    """``load`` the words (into the scratch table and the pair index), then ``run`` the merges."""
+class DiskEngine:
+    """The merge engine of the disk path: ``load`` the words (into the scratch table and the
+    pair index), then merge; ``close`` removes the scratch table."""
 
-    def __init__(self, tokens: List[bytes], marker_id: Optional[int], tie_break: str, scratch_dir: str,
+    def __init__(self, tokens: Sequence[bytes], marker_id: Optional[int], tie_break: str, scratch_dir: str,
                  mapped_budget: Optional[int] = None, size_hint: int = 0):
         if _fastbpe is None:
             raise RuntimeError("the out-of-core trainer needs the C extension; reinstall bpe-stream with a C compiler")
@@ -232,26 +237,23 @@ class DiskTrainer:
         self.table = DiskSequences(scratch_dir, mapped, size_hint)
 
     def close(self) -> None:
+        if os.environ.get("BPE_STREAM_DEBUG"):
+            print("pair index at the end:", self.index.memory(), file=sys.stderr)
         self.table.close()
 
+    def memory(self) -> dict:
+        return self.index.memory()
+
     @_index_limits()
-    def load(self, words: Iterable[Tuple[bytes, int]]) -> None:
-        index, table, marker_id = self.index, self.table, self.marker_id
+    def load(self, words: Words) -> None:
+        index, table = self.index, self.table
         pending: List[Tuple[bytes, bytes]] = []
-        wid = 0
-        for pretoken, n in words:
-            seq = array("I")
-            seq.extend(pretoken)  # (array("I", some_bytes) would read raw machine words)
-            if marker_id is not None:
-                seq.append(marker_id)
-            if len(seq) < 2:
-                continue
+        for wid, (seq, n) in enumerate(word_sequences(words, self.marker_id)):
             if _SWAP_SYMBOLS:  # pragma: no cover - big-endian hosts
                 seq.byteswap()
             data = seq.tobytes()
             index.add_word(wid, n, data)
             pending.append((wid.to_bytes(KEY_BYTES, KEY_ORDER), n.to_bytes(COUNT_BYTES, COUNT_ORDER) + data))
-            wid += 1
             if len(pending) >= _BATCH:
                 table.put_many(pending)
                 pending = []
@@ -263,48 +265,38 @@ class DiskTrainer:
             print("pair index after build:", index.memory(), file=sys.stderr)
 
     @_index_limits()
-    def run(
-        self,
-        limit: int,
-        min_count: int,
-        forced: Sequence[Tuple[int, int]],
-        on_progress: Optional[Callable[[List[Tuple[int, int, int]], int, int], None]] = None,
-        every: int = 64,
-    ) -> List[Tuple[int, int, int]]:
-        """Learns up to ``limit`` merges; returns ``(left, right, count)`` in order."""
-        index, table = self.index, self.table
-        done: List[Tuple[int, int, int]] = []
-        batch: List[Tuple[int, int, int]] = []
-        while len(done) < limit:
-            if len(done) < len(forced):
-                left, right = forced[len(done)]
-                count = index.count(left, right)
-            else:
-                best = index.pop_best(min(max(1, min_count), INT64_MAX))
-                if best is None:
-                    break
-                left, right, count = best
-            packed = index.take_words(left, right)
-            index.begin_merge(left, right)
-            for start in range(0, len(packed) // KEY_BYTES, _SLICE):
-                keys = _fastbpe.split_keys(packed, start, start + _SLICE)
-                table.put_many(index.merge_rows(table.get_many(keys)))
-            index.end_merge()
-            done.append((left, right, count))
-            batch.append((left, right, count))
-            if len(batch) >= every:
-                if on_progress is not None:
-                    on_progress(batch, len(done), limit)
-                batch = []
-        if batch and on_progress is not None:
-            on_progress(batch, len(done), limit)
-        if os.environ.get("BPE_STREAM_DEBUG"):
-            print("pair index at the end:", index.memory(), file=sys.stderr)
+    def merge_given(self, pairs: Sequence[Tuple[int, int]]) -> List[int]:
+        counts = []
+        for left, right in pairs:
+            counts.append(self.index.count(left, right))
+            self._merge(left, right)
+        return counts
+
+    @_index_limits()
+    def merge_best(self, n: int, min_count: int) -> List[Merge]:
+        done: List[Merge] = []
+        threshold = min(max(1, min_count), INT64_MAX)
+        while len(done) < n:
+            best = self.index.pop_best(threshold)
+            if best is None:
+                break
+            self._merge(best[0], best[1])
+            done.append(best)
         return done
+
+    def _merge(self, left: int, right: int) -> None:
+        """Rewrites the words that may hold (left, right), a slice of sorted ids at a time."""
+        index, table = self.index, self.table
+        packed = index.take_words(left, right)
+        index.begin_merge(left, right)
+        for start in range(0, len(packed) // KEY_BYTES, _SLICE):
+            keys = _fastbpe.split_keys(packed, start, start + _SLICE)
+            table.put_many(index.merge_rows(table.get_many(keys)))
+        index.end_merge()
 
 
 def train_on_disk(
-    words: Iterable[Tuple[bytes, int]],
+    words: Words,
     tokens: List[bytes],
     marker_id: Optional[int],
     tie_break: str,
@@ -312,13 +304,13 @@ def train_on_disk(
     min_count: int,
     forced: Sequence[Tuple[int, int]],
     scratch_dir: str,
-    on_progress: Optional[Callable[[List[Tuple[int, int, int]], int, int], None]] = None,
+    on_progress: Optional[ProgressFn] = None,
     every: int = 64,
-) -> List[Tuple[int, int, int]]:
-    """Loads ``words`` and learns up to ``limit`` merges in one call."""
-    trainer = DiskTrainer(tokens, marker_id, tie_break, scratch_dir)
+) -> List[Merge]:
+    """Loads ``words`` and learns up to ``limit`` merges in one call (tests and tools)."""
+    engine = DiskEngine(tokens, marker_id, tie_break, scratch_dir)
     try:
-        trainer.load(words)
-        return trainer.run(limit, min_count, forced, on_progress, every)
+        engine.load(words)
+        return list(drive(engine, limit, min_count, forced, on_progress=on_progress, every=every))
     finally:
-        trainer.close()
+        engine.close()

@@ -9,7 +9,7 @@ Owns the on-disk layout and nothing of BPE:
   digest -> count followed by the pretoken bytes.
 * ``sources``: one record per counted file (identity, byte offset reached, done), written
   in the same transaction as the counts it stands for, so a kill never double-counts.
-* ``train``: training checkpoints.
+* ``train``: training checkpoints (their layout: ``store_checkpoint.py``).
 
 A batch of counts is one transaction when it is small.  A large one would dirty (and map)
 about one B-tree page per key it touches -- a 1.7M-key batch into an 18M-key store took

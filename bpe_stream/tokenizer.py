@@ -3,86 +3,40 @@
 Owns the id tables of a trained (or loaded) byte-level BPE: which id each byte has, the
 merge ranks, the special tokens and their ids, the word-end marker and document
 boundaries, and a bounded cache pretoken -> ids.  Encoding splits special tokens first
-(longest match), pretokenizes the rest (``gpt2`` through :func:`gpt2_split`, which gives
-the same pretokens faster), and encodes each pretoken by merge rank (the C encoder, or
+(longest match), pretokenizes the rest (``pretokenize.fast_split``: for ``gpt2`` the faster
+``gpt2_split``), and encodes each pretoken by merge rank (the C encoder, or
 ``bpe.encode_by_rank``).  With the C extension built and a named pretokenizer, all of that
 runs in C on the text's UTF-8 bytes instead (``_native_ids``: csrc/textencoder.c, with its
 own bounded cache), giving the same ids.  Streams are split with
-``pretokenize.StreamSplitter``, so any chunking gives the ids of the whole.  ``encode_text_bytes`` and ``encode_raw_items_bytes``
-return the ids as native uint32 ``bytes`` (no list of ints: what the CLI writes).
-Reading and writing files is left to ``formats``.
+``pretokenize.StreamSplitter``, so any chunking gives the ids of the whole.  Reading and
+writing files is left to ``formats``.
+
+The public surface: ``encode``, ``encode_bytes``, ``encode_iterable`` and ``encode_stream``
+(one document as text, bytes, text chunks or a binary stream), ``decode`` and
+``decode_bytes``; ``load``, ``from_files`` and ``save``; ``vocab_size``, ``special_tokens``
+and ``token_bytes``.  The private ``_encode_text_bytes``, ``_encode_raw_items_bytes`` (ids as
+native uint32 ``bytes``, what the CLI's workers format), ``_native_ids`` (the native path's
+ids of UTF-8 bytes, formatted) and ``_decode_chunks`` (the bytes of batches of ids, what the
+CLI's decode streams) serve the package's own encode, decode and eval.  The examples in the
+methods' docstrings use the ``tok`` built in the class docstring (``tests/test_doctests.py``
+runs that one first).
 """
 
 from __future__ import annotations
 
-import re as _re
 from array import array
 from itertools import compress
 from typing import BinaryIO, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
-import regex
-
 from .bpe import PAIR_SHIFT, encode_by_rank
-
 from .native import fastbpe as _fastbpe  # the C encoder (csrc/encoder.c); bpe.encode_by_rank is the reference
-from .pretokenize import ASCII_PATTERNS, GPT2_PATTERN, Pretokenizer, SpecialSplitter, StreamSplitter
-from .reader import CHUNK_BYTES, decode_chunks, to_bytes
+from .pretokenize import Pretokenizer, SpecialSplitter, StreamSplitter, fast_split
+from .reader import CHUNK_BYTES, decode_chunks, from_bytes, to_bytes
 from .scan import NATIVE_PATTERNS
 
 CACHE_ENTRIES = 1 << 17
 COALESCE_CHARS = 1 << 16
 SYMBOL_ROLES = ("special", "end_of_word", "doc_start", "doc_end")
-
-# -- gpt2 pretokens, faster ------------------------------------------------------------------
-# Pretokenizing is most of the encoding time, and Python's ``re`` runs gpt2's pattern about
-# twice as fast as ``regex`` -- but ``re`` has no \p{L} or \p{N}.  On ASCII text the pattern
-# below is gpt2's exactly: there ``regex``'s \p{L}, \p{N} and \s are [A-Za-z], [0-9] and
-# [\t\n\v\f\r ] (checked when first used).  Text that is not all ASCII is cut at gpt2's
-# safe cuts (a space after a non-space, as ``pretokenize.safe_cut``) around each stretch
-# of non-ASCII characters less than ``_ISLAND_GAP`` apart; those stretches go to ``regex``
-# (so mostly non-ASCII text is one stretch: no slower), the ASCII runs between them to ``re``.
-_GPT2_SOURCE = r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
-_GPT2_ASCII = _re.compile(ASCII_PATTERNS["gpt2"])  # gpt2's matches on ASCII text
-_ISLAND_GAP = 64  # about where a separate ``regex`` call (~3 us) costs what ``re`` saves on the gap
-_ISLAND = _re.compile(rf"[^\x00-\x7f]+(?:[\x00-\x7f]{{1,{_ISLAND_GAP}}}[^\x00-\x7f]+)*")
-_LAST_CUT = regex.compile(r"(?r)(?<=\S)\s")  # searched backwards: the last cut in a range
-_NEXT_CUT = regex.compile(r"(?<=\S)\s")
-_GPT2_FINDALL = regex.compile(GPT2_PATTERN).findall
-_ascii_exact: Optional[bool] = None
-
-
-def _ascii_classes_agree() -> bool:
-    global _ascii_exact
-    if _ascii_exact is None:
-        want = [(r"\p{L}", r"[A-Za-z]"), (r"\p{N}", r"[0-9]"), (r"\s", r"\s")]
-        _ascii_exact = GPT2_PATTERN == _GPT2_SOURCE and all(
-            bool(regex.match(u, chr(c))) == bool(_re.match(a, chr(c), _re.ASCII)) for u, a in want for c in range(128)
-        )
-    return _ascii_exact
-
-
-def gpt2_split(text: str) -> List[str]:
-    """``Pretokenizer.from_name("gpt2").split(text)``, faster on mostly-ASCII text."""
-    if text.isascii():
-        return _GPT2_ASCII.findall(text)
-    ascii_findall, find_island = _GPT2_ASCII.findall, _ISLAND.search
-    last_cut, next_cut = _LAST_CUT.search, _NEXT_CUT.search
-    out: List[str] = []
-    pos, end = 0, len(text)
-    while pos < end:
-        m = find_island(text, pos)
-        if m is None:
-            out += ascii_findall(text, pos)
-            break
-        cut = last_cut(text, pos, m.start() + 1)  # the word holding the first non-ASCII character starts here ...
-        start = cut.start() if cut is not None and cut.start() > pos else pos
-        cut = next_cut(text, m.end())  # ... and the word holding the last one ends here
-        stop = cut.start() if cut is not None else end
-        if start > pos:
-            out += ascii_findall(text, pos, start)  # (pos, endpos: as if the text were cut there)
-        out += _GPT2_FINDALL(text[start:stop])
-        pos = stop
-    return out
 
 
 class TokenizerError(ValueError):
@@ -102,6 +56,17 @@ class Tokenizer:
     ``vocab``: id -> bytes.  ``merges``: ``(left, right, new)`` ids in rank order.
     ``symbols``: ``(id, role, text)`` for special tokens, the word-end marker and the
     document boundaries.  ``pretokenizer``: a name from ``pretokenize`` (``regex:...`` too).
+
+    The tokenizer of ``../shared/spec/seed-examples.md`` (4), with a special token: the
+    bytes are ids 0..255, merge 0 makes ``ab`` (256), merge 1 ``bc`` (257).
+
+    >>> vocab = {i: bytes([i]) for i in range(256)} | {256: b"ab", 257: b"bc", 258: b"<|end|>"}
+    >>> tok = Tokenizer(vocab, [(97, 98, 256), (98, 99, 257)], [(258, "special", "<|end|>")],
+    ...                 pretokenizer="whitespace")
+    >>> tok.encode("abc")  # merge rank, not frequency: ab + c, never a + bc
+    [256, 99]
+    >>> tok.decode([256, 99, 258])
+    'abc<|end|>'
     """
 
     def __init__(
@@ -175,7 +140,6 @@ class Tokenizer:
             for tid in marker_ends:
                 out[tid] = vocab[tid][: len(vocab[tid]) - len(marker)] + b" "
         self._marker_ends = frozenset(marker_ends)
-        self.decode_table = out
         self._max_id = max(vocab) if vocab else -1
         if self._max_id >= 2 * len(vocab) + (1 << 20):
             raise TokenizerError(
@@ -184,7 +148,7 @@ class Tokenizer:
         self._dense = list(map(out.get, range(self._max_id + 1)))
         self.splitter = SpecialSplitter(list(self.special_ids))
         # pretokens of special-free text, as ``self.pretokenizer.split`` gives them
-        self._split = gpt2_split if self.pretokenizer.name == "gpt2" and _ascii_classes_agree() else self.pretokenizer.split
+        self._split = fast_split(self.pretokenizer)
         self._special_bytes = {text: array("I", [sid]).tobytes() for text, sid in self.special_ids.items()}
         self._cache: Dict[str, List[int]] = {}
         self._encoder = None
@@ -229,15 +193,32 @@ class Tokenizer:
 
     @property
     def vocab_size(self) -> int:
+        """How many tokens there are (bytes, merged tokens and symbols).
+
+        >>> tok.vocab_size
+        259
+        """
         return len(self.vocab)
 
     @property
     def special_tokens(self) -> List[str]:
+        """The special tokens' texts.
+
+        >>> tok.special_tokens
+        ['<|end|>']
+        """
         return list(self.special_ids)
 
     @classmethod
     def load(cls, path) -> "Tokenizer":
-        """Loads any supported tokenizer file or directory (the format is detected)."""
+        """Loads any supported tokenizer file or directory (the format is detected).
+
+        >>> import os, tempfile
+        >>> with tempfile.TemporaryDirectory() as d:
+        ...     tok.save(os.path.join(d, "tok.json"))
+        ...     Tokenizer.load(os.path.join(d, "tok.json")).encode("abc<|end|>")
+        [256, 99, 258]
+        """
         from .formats import load_any
 
         return load_any(path)
@@ -245,17 +226,82 @@ class Tokenizer:
     @classmethod
     def from_files(cls, vocab_json, merges_txt, special_tokens: Optional[Sequence[str]] = None) -> "Tokenizer":
         """GPT-2 style ``vocab.json`` + ``merges.txt``.  Special tokens get their vocab id, or a
-        new one; ``None`` takes the vocab's tokens that no merge makes (``<|endoftext|>``)."""
+        new one; ``None`` takes the vocab's tokens that no merge makes (``<|endoftext|>``).
+
+        >>> import tempfile
+        >>> from bpe_stream.formats.gpt2 import save_gpt2
+        >>> with tempfile.TemporaryDirectory() as d:
+        ...     vocab_json, merges_txt = save_gpt2(Tokenizer(tok.vocab, tok.merges, tok.symbols), d)
+        ...     again = Tokenizer.from_files(vocab_json, merges_txt)
+        >>> again.special_tokens, again.encode("abc<|end|>")
+        (['<|end|>'], [256, 99, 258])
+        """
         from .formats.gpt2 import load_gpt2
 
         return load_gpt2(vocab_json, merges_txt, special_tokens)
 
     def save(self, path) -> None:
+        """Writes the native tokenizer file at ``path`` (atomically; :meth:`load` reads it)."""
         from .formats.native import save_native
 
         save_native(self, path)
 
-    # -- encoding --------------------------------------------------------------------
+    # -- encoding: the public surface ------------------------------------------------
+    def encode(self, text: str) -> List[int]:
+        """The ids of ``text`` (one document): special tokens in it are recognised, each
+        pretoken is merged by rank (``abc`` is ``ab`` + ``c``: merge 0 comes first).
+
+        >>> tok.encode("abc ab<|end|>")
+        [256, 99, 32, 256, 258]
+        """
+        return self._document(self._encode_text_bytes(text))
+
+    def encode_bytes(self, data: bytes) -> List[int]:
+        """The ids of the bytes ``data`` (one document), as the CLI encodes a file: bytes that
+        are not UTF-8 are kept exactly, so :meth:`decode_bytes` gives ``data`` back.
+
+        >>> tok.encode_bytes(b"ab\\xff")
+        [256, 255]
+        >>> tok.decode_bytes([256, 255])
+        b'ab\\xff'
+        """
+        if self._native():  # the bytes as they are: no text is made
+            return self._document(self._native_ids(data)[0])
+        return self.encode(from_bytes(data))
+
+    def encode_iterable(self, chunks: Iterable[str]) -> Iterator[int]:
+        """Lazily encodes text given in chunks (e.g. a file's lines), in constant memory;
+        yields the same ids as ``encode("".join(chunks))``, however the text is cut.
+
+        >>> list(tok.encode_iterable(["a", "bc a", "b<|e", "nd|>"]))
+        [256, 99, 32, 256, 258]
+        """
+        for batch in self._encode_chunks(chunks):
+            yield from batch
+
+    def encode_stream(self, stream: BinaryIO, chunk_bytes: int = CHUNK_BYTES, strict: bool = False) -> Iterator[List[int]]:
+        """Encodes a binary stream (one document) read ``chunk_bytes`` at a time, in batches
+        of ids: :meth:`encode_bytes` in constant memory.  Bytes that are not UTF-8 are kept
+        exactly, or with ``strict`` are an ``reader.InputError`` naming their offset.
+
+        >>> import io
+        >>> list(tok.encode_stream(io.BytesIO(b"abc ab\\xff"), chunk_bytes=2))
+        [[256, 99, 32, 256, 255]]
+        """
+        texts = (text for text, _, _, _ in decode_chunks(stream, chunk_bytes, strict))
+        return self._encode_chunks(texts)
+
+    # -- encoding: what the public surface is made of ---------------------------------
+    def _document(self, ids: bytes) -> List[int]:
+        """A document's ids from those of its text (native uint32 ``bytes``): one list at the
+        end, not one per piece, with the document boundaries."""
+        out = _ids(ids)
+        if self.doc_start_id is not None:
+            out.insert(0, self.doc_start_id)
+        if self.doc_end_id is not None:
+            out.append(self.doc_end_id)
+        return out
+
     def _encode_pretoken(self, piece: str) -> List[int]:
         data = to_bytes(piece)
         symbols = list(data) if self._native_bytes else [self.byte_ids[b] for b in data]
@@ -263,12 +309,9 @@ class Tokenizer:
             symbols.append(self.marker_id)
         return encode_by_rank(symbols, self.ranks)
 
-    def _encode_pretokens(self, pieces: List[str], out: List[int]) -> None:
-        if self._encoder is not None:
-            ids = array("I")
-            ids.frombytes(self._c_ids(pieces))
-            out += ids.tolist()
-            return
+    def _python_ids(self, pieces: List[str]) -> List[int]:
+        """The ids of ``pieces`` by ``bpe.encode_by_rank`` (no C encoder), through the cache."""
+        out: List[int] = []
         cache = self._cache
         get = cache.get
         for piece in pieces:
@@ -279,21 +322,16 @@ class Tokenizer:
                     cache.clear()
                 cache[piece] = ids
             out.extend(ids)
+        return out
 
-    def _c_ids(self, pieces: List[str]) -> bytes:
-        """The C encoder's ids of ``pieces`` (native-order uint32 ``bytes``)."""
+    def _pretoken_ids(self, pieces: List[str]) -> bytes:
+        """The ids of ``pieces`` as native-order uint32 ``bytes`` (what the C encoder returns)."""
+        if self._encoder is None:
+            return array("I", self._python_ids(pieces)).tobytes()
         try:
             return self._encoder.encode(pieces)
         except OverflowError as exc:  # a pretoken past the encoder's 32-bit positions
             raise TokenizerError(f"a pretoken is too large for the encoder ({exc})") from None
-
-    def _pretoken_ids(self, pieces: List[str]) -> bytes:
-        """The ids of ``pieces`` as native-order uint32 ``bytes`` (what the C encoder returns)."""
-        if self._encoder is not None:
-            return self._c_ids(pieces)
-        out: List[int] = []
-        self._encode_pretokens(pieces, out)
-        return array("I", out).tobytes()
 
     # -- the native path: UTF-8 bytes to ids in C -------------------------------------
     def _native(self) -> bool:
@@ -331,17 +369,9 @@ class Tokenizer:
             return self._native_ids(data, specials=False)[0]
         return self._pretoken_ids(self._split(text))
 
-    def _append_text_ids(self, text: str, out: List[int]) -> None:
-        """Appends the ids of ``text``, which holds no special token, to ``out``."""
-        if self._native():
-            ids = array("I")
-            ids.frombytes(self._text_ids(text))
-            out += ids.tolist()
-        else:
-            self._encode_pretokens(self._split(text), out)
-
-    def encode_raw_items_bytes(self, items) -> bytes:
-        """:meth:`encode_raw_items` as native-order uint32 ``bytes``: no list of ints is made."""
+    def _encode_raw_items_bytes(self, items) -> bytes:
+        """The ids of ``("text", piece)`` / ``("special", token)`` items (``StreamSplitter(raw=True)``
+        output), each text piece pretokenized on its own, as native-order uint32 ``bytes``."""
         specials = self._special_bytes
         parts = []
         for kind, value in items:
@@ -351,7 +381,7 @@ class Tokenizer:
                 parts.append(self._text_ids(value))
         return b"".join(parts)
 
-    def encode_text_bytes(self, text: str) -> bytes:
+    def _encode_text_bytes(self, text: str) -> bytes:
         """The ids of ``text`` as native-order uint32 ``bytes``, special tokens recognised,
         without the document boundaries: a safe piece of a document (or a whole one)."""
         data = self._native_input(text) if self._native() else None
@@ -366,45 +396,7 @@ class Tokenizer:
             parts.append(specials[piece] if is_special else self._pretoken_ids(split(piece)))
         return b"".join(parts)
 
-    def _encode_items(self, items, out: List[int]) -> None:
-        """Appends the ids of ``StreamSplitter`` items (``raw`` or not) to ``out``."""
-        for kind, value in items:
-            if kind == "text":
-                self._append_text_ids(value, out)
-            elif kind == "pretokens":
-                self._encode_pretokens(value, out)
-            else:
-                out.append(self.special_ids[value])
-
-    def encode_raw_items(self, items) -> List[int]:
-        """The ids of ``("text", piece)`` / ``("special", token)`` items, each text piece
-        pretokenized on its own (``StreamSplitter(raw=True)`` output)."""
-        out: List[int] = []
-        for kind, value in items:
-            if kind == "special":
-                out.append(self.special_ids[value])
-            else:
-                self._append_text_ids(value, out)
-        return out
-
-    def encode(self, text: str) -> List[int]:
-        """The ids of ``text`` (one document); special tokens in it are recognised."""
-        ids = array("I")
-        ids.frombytes(self.encode_text_bytes(text))  # one list at the end, not one per piece
-        out = ids.tolist()
-        if self.doc_start_id is not None:
-            out.insert(0, self.doc_start_id)
-        if self.doc_end_id is not None:
-            out.append(self.doc_end_id)
-        return out
-
-    def encode_iterable(self, chunks: Iterable[str]) -> Iterator[int]:
-        """Lazily encodes text given in chunks (e.g. a file's lines), in constant memory;
-        yields the same ids as ``encode("".join(chunks))``."""
-        for batch in self.encode_chunks(chunks):
-            yield from batch
-
-    def encode_chunks(self, chunks: Iterable[str]) -> Iterator[List[int]]:
+    def _encode_chunks(self, chunks: Iterable[str]) -> Iterator[List[int]]:
         """Like :meth:`encode_iterable` but yields lists of ids, one per decided piece.
         Small chunks (a file's lines) are gathered up to ``COALESCE_CHARS`` first: the ids
         do not depend on the chunking, and one feed per line costs more than the encoding."""
@@ -418,33 +410,45 @@ class Tokenizer:
             size += len(chunk)
             if size < COALESCE_CHARS:
                 continue
-            out: List[int] = []
-            self._encode_items(stream.feed("".join(pending)), out)
+            out = _ids(self._encode_raw_items_bytes(stream.feed("".join(pending))))
             pending, size = [], 0
             if out:
                 yield out
-        out = []
-        if pending:
-            self._encode_items(stream.feed("".join(pending)), out)
-        self._encode_items(stream.end_document(), out)
+        tail = stream.feed("".join(pending), final=True)  # the rest, and all that was held back
+        out = _ids(self._encode_raw_items_bytes(tail))
         if self.doc_end_id is not None:
             out.append(self.doc_end_id)
         if out:
             yield out
 
-    def encode_stream(self, stream: BinaryIO, chunk_bytes: int = CHUNK_BYTES, strict: bool = False) -> Iterator[List[int]]:
-        """Encodes a binary stream (one document) chunk by chunk; invalid UTF-8 is kept exactly."""
-        texts = (text for text, _, _, _ in decode_chunks(stream, chunk_bytes, strict))
-        return self.encode_chunks(texts)
-
     # -- decoding --------------------------------------------------------------------
     def decode_bytes(self, ids: Iterable[int]) -> bytes:
-        """The exact bytes behind ``ids``."""
-        return b"".join(self.decode_chunks([list(ids)]))
+        """The exact bytes behind ``ids`` (one document).
+
+        >>> tok.decode_bytes([256, 99, 258])
+        b'abc<|end|>'
+        >>> tok.decode_bytes([228])  # the first byte of a 3-byte character, alone
+        b'\\xe4'
+        """
+        return b"".join(self._decode_chunks([list(ids)]))
 
     def decode(self, ids: Iterable[int]) -> str:
-        """``decode_bytes`` as text; bytes that are not UTF-8 become U+FFFD."""
+        """:meth:`decode_bytes` as text; bytes that are not UTF-8 become U+FFFD.
+
+        >>> tok.decode([256, 99, 32, 256, 258])
+        'abc ab<|end|>'
+        >>> tok.decode([228])
+        '\\ufffd'
+        """
         return self.decode_bytes(ids).decode("utf-8", errors="replace")
+
+    def token_bytes(self, tid: int) -> bytes:
+        """The bytes of the token ``tid``.
+
+        >>> tok.token_bytes(257)
+        b'bc'
+        """
+        return self.vocab[tid]
 
     def _lookup(self, ids: List[int]) -> List[bytes]:
         dense = self._dense
@@ -458,7 +462,7 @@ class Tokenizer:
             raise TokenizerError(f"id {shown} is not in the vocabulary (ids are 0..{self._max_id})")
         return out
 
-    def decode_chunks(self, id_batches: Iterable[Sequence[int]]) -> Iterator[bytes]:
+    def _decode_chunks(self, id_batches: Iterable[Sequence[int]]) -> Iterator[bytes]:
         """Streams the bytes of batches of ids.
 
         With a word-end marker, each marker becomes one space except the last of a
@@ -493,5 +497,9 @@ class Tokenizer:
             if out:
                 yield b"".join(out)
 
-    def token_bytes(self, tid: int) -> bytes:
-        return self.vocab[tid]
+
+def _ids(data: bytes) -> List[int]:
+    """The ids in native-order uint32 ``bytes``."""
+    ids = array("I")
+    ids.frombytes(data)
+    return ids.tolist()

@@ -215,7 +215,7 @@ def snapshot(store_path) -> dict:
 def _checkpoint(st, txn):
     """The training checkpoint as {"fingerprint", "merges": [[left, right, count], ...]}."""
     try:
-        from bpe_stream.pipeline import read_checkpoint
+        from bpe_stream.store_checkpoint import read_checkpoint
     except ImportError:  # the first layout: everything in one record
         return st.get_train(b"checkpoint", txn)
     return read_checkpoint(st, txn)

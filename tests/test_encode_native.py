@@ -100,6 +100,7 @@ def test_any_bytes_give_the_ids_of_the_python_path(toks, twins, data, name):
     text = data.decode("utf-8", "surrogateescape")
     want = twin.encode(text)
     assert tok.encode(text) == want
+    assert tok.encode_bytes(data) == want == twin.encode_bytes(data)
     body = want[1:] if tok.doc_start_id is not None else want
     body = body[:-1] if tok.doc_end_id is not None else body
     assert native_list(tok, data) == body

@@ -120,7 +120,7 @@ def test_written_bytes_equal_the_reference_for_any_workers_and_pieces(toks, enco
         got = written(encoders[(name, workers)], data, fmt, chunk_bytes, piece)
         assert got == want, (workers, got[:200], want[:200])
     if name in LOSSLESS:
-        assert b"".join(tok.decode_chunks(read_ids(io.BytesIO(want), fmt))) == data
+        assert b"".join(tok._decode_chunks(read_ids(io.BytesIO(want), fmt))) == data
 
 
 CRAFTED = [
@@ -198,39 +198,9 @@ def test_strict_utf8_names_the_offset_of_the_first_bad_byte(toks, encoders, work
             encoding.PIECE_CHARS = old
 
 
-# -- gpt2 pretokens by `re` on ASCII runs ------------------------------------------------------
-SPLIT_FRAGMENTS = [
-    "a", "Zz", "9", "42", "'s", "'ll", "'", "-", "!!", " ", "  ", "\t", "\n", "\r\n", "\x0b", "\x0c", "\x1c", "\x1f",
-    "\x00", "\x7f", "é", "中", "😀", "\u00a0", "\u3000", "\x85", "\u2028", "\u1680", "\u0660", "\u00b2", "ǅ",
-    "\udcff", "\udc80", " é", "é ", "x" * 63, "y" * 64, " " * 65, "a b " * 20,
-]
-split_text = st.lists(st.sampled_from(SPLIT_FRAGMENTS) | st.text(max_size=4), max_size=40).map("".join)
-
-
-@settings(max_examples=600, deadline=None)
-@given(split_text)
-def test_gpt2_split_equals_the_regex_pretokenizer(text):
-    from bpe_stream.pretokenize import Pretokenizer
-    from bpe_stream.tokenizer import _ascii_classes_agree, gpt2_split
-
-    assert _ascii_classes_agree()
-    assert gpt2_split(text) == Pretokenizer.from_name("gpt2").split(text)
-
-
-@pytest.mark.parametrize("corpus", ["en_100M.txt", "multi_25M.txt", "code_25M.txt"])
-def test_gpt2_split_on_the_corpora(data_dir, corpus):
-    from bpe_stream.pretokenize import Pretokenizer
-    from bpe_stream.tokenizer import gpt2_split
-
-    with open(data_dir / "corpora" / corpus, "rb") as f:
-        text = f.read(1_500_000).decode("utf-8", "surrogateescape")
-    full = Pretokenizer.from_name("gpt2").split
-    for doc in text.split(EOT):
-        assert gpt2_split(doc) == full(doc)
-
-
+# -- the gpt2 pretokens by `re` (``pretokenize.gpt2_split``; its own tests are in test_pretokenize.py) --
 def test_only_gpt2_takes_the_fast_split(toks):
-    from bpe_stream.tokenizer import gpt2_split
+    from bpe_stream.pretokenize import gpt2_split
 
     for name, tok in toks.items():
         assert (tok._split is gpt2_split) == (TOKENIZERS[name][0] == "gpt2"), name

@@ -18,11 +18,9 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from conftest import assert_user_error, tiktoken_pattern
 from bpe_stream.counting import make_settings
 from bpe_stream.formats import export_tokenizer, load_any, truncate
-from bpe_stream.formats.hf import from_oniguruma, to_fancy, to_oniguruma
 from bpe_stream.formats.native import rules_digest
 from bpe_stream.formats.tiktoken_file import tiktoken_encoding
 from bpe_stream.pipeline import count_file, tokenizer_from_result
-from bpe_stream.pretokenize import CL100K_PATTERN, GPT2_PATTERN, O200K_PATTERN
 from bpe_stream.tokenizer import Tokenizer, TokenizerError
 from bpe_stream.trainer import TrainConfig, Trainer
 
@@ -225,26 +223,6 @@ def test_words_pretokenizer_exports_to_hf_and_tiktoken(tmp_path):
     for text in (SAMPLES["german.txt"], " a  b\n\tc " + EOT + " d"):
         assert hf_ids(hf, text) == tok.encode(text) == tt_ids(enc, text)
     assert load_any(tmp_path / "w.json").pretokenizer.name == "words"
-
-
-def test_named_patterns_translate_and_come_back():
-    for pattern in (GPT2_PATTERN, CL100K_PATTERN, O200K_PATTERN, r"a{2}+$|^\Z"):
-        assert from_oniguruma(to_oniguruma(pattern)) == pattern
-    # the one construct of cl100k that Oniguruma reads otherwise: X{1,3}+ is a repetition in Ruby syntax
-    assert r"(?>\p{N}{1,3})" in to_oniguruma(CL100K_PATTERN)
-    assert to_fancy(CL100K_PATTERN).startswith("'(?i:[sdmt]")
-
-
-@HYPO_FEW
-@given(text=texts)
-def test_foreign_oniguruma_patterns_are_read_as_oniguruma_reads_them(text):
-    """A Split pattern written for Oniguruma (not by us) splits here as HF splits it."""
-    from bpe_stream.pretokenize import Pretokenizer
-
-    onig = r"\p{N}{1,3}+|[ ]+$|^[ ]+|\p{L}+|\s+|[^\s\p{L}\p{N}]+"
-    split = tokenizers.pre_tokenizers.Split(tokenizers.Regex(onig), "isolated")
-    ours = Pretokenizer.from_name("regex:" + from_oniguruma(onig)).split(text)
-    assert ours == [piece for piece, _ in split.pre_tokenize_str(text)]
 
 
 # -- GPT-2's own files -------------------------------------------------------------------------

@@ -144,7 +144,7 @@ def test_sequence_rows_are_little_endian_and_keys_big_endian():
 
 @needs_c
 def test_the_disk_path_writes_rows_in_the_shared_layout(tmp_path):
-    trainer = sequences.DiskTrainer(BYTES, None, "max-bytes", str(tmp_path / "scratch"))
+    trainer = sequences.DiskEngine(BYTES, None, "max-bytes", str(tmp_path / "scratch"))
     try:
         trainer.load([(b"abc", 5), (b"x", 9), (b"zz", 1 << 40)])
         rows = trainer.table.get_many([key(0), key(1)])

@@ -24,6 +24,8 @@ from bpe_stream.pretokenize import (
     Pretokenizer,
     SpecialSplitter,
     StreamSplitter,
+    _ascii_classes_agree,
+    gpt2_split,
 )
 
 NAMES = ["gpt2", "cl100k", "o200k", "whitespace", "words", "none"]
@@ -237,3 +239,28 @@ def test_splitter_holds_back_little(patterns):
     for _ in range(2000):
         list(splitter.feed("some words here "))
     assert splitter.held_chars < 64
+
+
+# -- gpt2 pretokens by `re` on ASCII runs ------------------------------------------------------
+SPLIT_FRAGMENTS = [
+    "a", "Zz", "9", "42", "'s", "'ll", "'", "-", "!!", " ", "  ", "\t", "\n", "\r\n", "\x0b", "\x0c", "\x1c", "\x1f",
+    "\x00", "\x7f", "é", "中", "😀", "\u00a0", "\u3000", "\x85", "\u2028", "\u1680", "\u0660", "\u00b2", "ǅ",
+    "\udcff", "\udc80", " é", "é ", "x" * 63, "y" * 64, " " * 65, "a b " * 20,
+]
+split_text = st.lists(st.sampled_from(SPLIT_FRAGMENTS) | st.text(max_size=4), max_size=40).map("".join)
+
+
+@settings(max_examples=600, deadline=None)
+@given(split_text)
+def test_gpt2_split_equals_the_regex_pretokenizer(text):
+    assert _ascii_classes_agree()
+    assert gpt2_split(text) == Pretokenizer.from_name("gpt2").split(text)
+
+
+@pytest.mark.parametrize("corpus", ["en_100M.txt", "multi_25M.txt", "code_25M.txt"])
+def test_gpt2_split_on_the_corpora(data_dir, corpus):
+    with open(data_dir / "corpora" / corpus, "rb") as f:
+        text = f.read(1_500_000).decode("utf-8", "surrogateescape")
+    full = Pretokenizer.from_name("gpt2").split
+    for doc in text.split("<|endoftext|>"):
+        assert gpt2_split(doc) == full(doc)

@@ -107,6 +107,54 @@ def test_decode_bytes_is_byte_exact(gpt2_tokenizer, data):
     assert gpt2_tokenizer.decode(ids) == data.decode("utf-8", "replace")
 
 
+BYTES_NOT_ALL_UTF8 = [
+    b"\xff\xfe abc \xe4", b"\x00\x00 nul", "中文 and 😀 emoji\tTab\r\nCRLF".encode(), b"\xe4\xb8", b"", b"\x80" * 5,
+    b"<|endoftext|>\xff<|endoftext|>\xed\xa0\x80 x",  # a special token between invalid bytes; an encoded surrogate
+]
+
+
+@pytest.mark.parametrize("data", BYTES_NOT_ALL_UTF8)
+def test_encode_bytes_gives_the_ids_of_the_cli_and_every_byte_back(cli, cs336, gpt2_tokenizer, data):
+    ids = gpt2_tokenizer.encode_bytes(data)
+    assert gpt2_tokenizer.decode_bytes(ids) == data
+    res = cli("encode", "-t", cs336 / "gpt2_vocab.json", input=data)
+    assert res.exit_code == 0, res
+    assert [int(i) for i in res.stdout.split()] == ids
+
+
+def test_encode_bytes_adds_the_document_boundaries_as_encode_does(tmp_path, cli):
+    tok, _ = build([(b"abab", 3), (b" ab", 2)], doc_boundaries=True, num_merges=4)
+    tok.save(tmp_path / "t.json")
+    data = b"abab \xff ab"
+    ids = tok.encode_bytes(data)
+    assert ids[0] == tok.doc_start_id and ids[-1] == tok.doc_end_id
+    assert ids == tok.encode(data.decode("utf-8", "surrogateescape"))
+    res = cli("encode", "-t", tmp_path / "t.json", input=data)
+    assert [int(i) for i in res.stdout.split()] == ids
+    assert tok.decode_bytes(ids) == data
+
+
+def test_every_encode_entry_gives_the_same_ids_without_the_c_encoder():
+    """The pure-Python encoder (``bpe.encode_by_rank`` through the cache) behind each public entry."""
+    tok, _ = build([(b"hello", 3), (b" world", 2), (b"abab", 4)], special_tokens=["<|endoftext|>"], num_merges=8)
+    if tok._encoder is None:
+        pytest.skip("the C extension is not built here")
+    data = b"hello world<|endoftext|>abab \xff hello"
+    text = data.decode("utf-8", "surrogateescape")
+    entries = {
+        "encode": lambda: tok.encode(text),
+        "encode_bytes": lambda: tok.encode_bytes(data),
+        "encode_iterable": lambda: list(tok.encode_iterable(text[i:i + 3] for i in range(0, len(text), 3))),
+        "encode_stream": lambda: [i for b in tok.encode_stream(io.BytesIO(data), chunk_bytes=3) for i in b],
+    }
+    with_c = {name: fn() for name, fn in entries.items()}
+    tok._encoder = None
+    without_c = {name: fn() for name, fn in entries.items()}
+    assert without_c == with_c
+    assert all(ids == with_c["encode"] for ids in with_c.values())
+    assert tok.decode_bytes(with_c["encode"]) == data
+
+
 def test_decode_out_of_range_id(gpt2_tokenizer):
     for bad in ([50257], [-1], [10**12], [1, 2, 99999]):
         with pytest.raises(TokenizerError):
@@ -171,7 +219,7 @@ def test_word_marker_decode_in_any_batches_equals_whole(words, cuts):
         batches.append(ids[last:b])
         last = b
     batches.append(ids[last:])
-    assert b"".join(tok.decode_chunks(batches)) == text.encode()
+    assert b"".join(tok._decode_chunks(batches)) == text.encode()
 
 
 def test_library_decode_of_lone_lead_byte_is_replacement_char():
@@ -201,7 +249,7 @@ def test_word_marker_with_doc_boundaries_drops_the_last_space():
     ids = tok.encode("low lower")
     assert ids[0] == tok.doc_start_id and ids[-1] == tok.doc_end_id
     assert tok.decode(ids) == "low lower"
-    assert b"".join(tok.decode_chunks([ids])) == b"low lower"
+    assert b"".join(tok._decode_chunks([ids])) == b"low lower"
 
 
 # -- the native file --------------------------------------------------------------------

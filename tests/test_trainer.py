@@ -306,31 +306,65 @@ def test_c_loop_takes_byte_or_uint32_symbols_and_checks_them():
     freqs = array("q", [3, 2])
     runs = []
 
-    def train(words, width, callback=print, **kw):
-        args = dict(tokens=tokens, max_merges=2, min_count=1, tie_break="max-bytes", forced=[], callback=callback,
-                    every=64)
-        return fastbpe.train(words=words, width=width, **{**args, **kw})
+    def loaded(words, width, **kw):
+        loop = fastbpe.MergeLoop(**{**dict(tokens=tokens, tie_break="max-bytes"), **kw})
+        loop.load(words=words, width=width)
+        return loop
 
     for symbols, width in ((bytearray(b"".join(words)), 1), (array("I", list(b"".join(words))), 4)):
-        got, held = [], [symbols, ends, freqs]
-        assert train(held, width, got.extend) == 2
+        held = [symbols, ends, freqs]
+        loop = loaded(held, width)
         assert held == []  # handed over: emptied once the loop has its own copy
-        runs.append(got)
+        runs.append(loop.merge_best(n=2, min_count=1))
     assert runs[0] == runs[1] == [(97, 98, 8), (256, 256, 3)]
     with pytest.raises(ValueError):
-        train([bytearray(b"abababc"), ends, freqs], 3)
+        loaded([bytearray(b"abababc"), ends, freqs], 3)
     with pytest.raises(ValueError):  # 7 bytes are not whole uint32 symbols
-        train([bytearray(b"abababc"), ends, freqs], 4)
+        loaded([bytearray(b"abababc"), ends, freqs], 4)
     with pytest.raises(ValueError):
-        train([bytearray(b"abababc"), ends], 1)
+        loaded([bytearray(b"abababc"), ends], 1)
     with pytest.raises(ValueError, match="word ends"):  # the last word must end at the last symbol
-        train([bytearray(b"abababc"), array("Q", [4, 6]), freqs], 1)
+        loaded([bytearray(b"abababc"), array("Q", [4, 6]), freqs], 1)
     with pytest.raises(ValueError, match="without a token"):
-        train([bytearray(b"abababc"), ends, freqs], 1, tokens=tokens[:98])
+        loaded([bytearray(b"abababc"), ends, freqs], 1, tokens=tokens[:98])
     with pytest.raises(ValueError, match="unknown tie-break"):
-        train([bytearray(b"abababc"), ends, freqs], 1, tie_break="max")
+        loaded([bytearray(b"abababc"), ends, freqs], 1, tie_break="max")
     with pytest.raises(ValueError, match="without a token"):  # a forced merge of a token that is none
-        train([bytearray(b"abababc"), ends, freqs], 1, forced=[(97, 1 << 40)])
+        loaded([bytearray(b"abababc"), ends, freqs], 1).merge_given(pairs=[(97, 1 << 40)])
+
+
+@pytest.mark.skipif("c" not in ENGINES, reason="the C extension is not built")
+def test_c_loop_keeps_its_state_between_calls_and_checks_their_order():
+    """Load once, then merge_given and merge_best in any order, each continuing where the last
+    stopped: the same merges and counts as one uninterrupted run; a threshold that stops one
+    call leaves the pair for the next."""
+    from array import array
+
+    fastbpe = trainer_mod._fastbpe
+    tokens = [bytes([i]) for i in range(256)]
+
+    def loaded():
+        loop = fastbpe.MergeLoop(tokens=tokens, tie_break="min-ids")
+        loop.load(words=[bytearray(b"ababcabc"), array("Q", [5, 8]), array("q", [3, 2])], width=1)
+        return loop
+
+    whole = loaded().merge_best(n=10, min_count=1)
+    assert whole == [(97, 98, 8), (256, 99, 5), (256, 257, 3)]
+    loop = loaded()
+    assert loop.merge_given(pairs=[(97, 98)]) == [8]
+    assert loop.merge_best(n=5, min_count=6) == []  # (256, 99) has 5: stopped, not dropped
+    assert loop.merge_best(n=1, min_count=1) == [(256, 99, 5)]
+    assert loop.merge_given(pairs=[(99, 99), (256, 257)]) == [0, 3]  # counts as applied, 0 when absent
+    assert loop.merge_best(n=5, min_count=1) == [] and loop.merge_best(n=0, min_count=1) == []
+    stats = loop.stats()
+    assert stats["merged"] == 3 + 2 + 1 and stats["load_seconds"] >= 0 and stats["merge_seconds"] >= 0
+    fresh = fastbpe.MergeLoop(tokens=tokens, tie_break="min-ids")
+    with pytest.raises(RuntimeError, match="out of order"):  # merges before the load
+        fresh.merge_best(n=1, min_count=1)
+    with pytest.raises(RuntimeError, match="out of order"):  # a second load
+        loop.load(words=[bytearray(b"ab"), array("Q", [2]), array("q", [1])], width=1)
+    with pytest.raises(RuntimeError, match="not called"):
+        fastbpe.MergeLoop.__new__(fastbpe.MergeLoop).merge_best(n=1, min_count=1)
 
 
 @pytest.mark.parametrize("engine", ENGINES)

@@ -14,7 +14,7 @@ const char *bs_status_text(int status) {
     case BS_BAD_ROW: return "a sequence-table row is damaged";
     case BS_OUT_OF_ORDER: return "called out of order";
     case BS_BAD_ARGUMENT: return "an argument out of range";
-    /* the same words as trainer.COUNT_OVERFLOW, which the Python loop raises */
+    /* the same words as merge_engine.COUNT_OVERFLOW, which the Python engine raises */
     case BS_COUNT_OVERFLOW: return "the pair counts of these words pass 2**63-1, the limit of the merge loop's 64-bit counts";
     default: return "unknown error";
     }

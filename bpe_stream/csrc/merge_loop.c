@@ -74,6 +74,7 @@ struct MergeLoop {
     uint32_t n_born, cap_born;
     uint64_t merges; /* done, for pushed_at */
     uint64_t visits, merged;
+    int started; /* merge_loop_start was called: no more loads, merges may run */
 };
 
 MergeLoop *merge_loop_new(int tie_break, int *status) {
@@ -111,7 +112,7 @@ void merge_loop_stats(const MergeLoop *m, MergeLoopStats *out) {
 int merge_loop_load(MergeLoop *m, const void *symbols, int width, uint64_t n_pos, const uint64_t *ends,
                     const int64_t *freqs, uint64_t n_words) {
     PairSet *ps = &m->ps;
-    if (m->nodes) return BS_OUT_OF_ORDER; /* once */
+    if (m->nodes || m->started) return BS_OUT_OF_ORDER; /* once, before the merges */
     if (width != 1 && width != 4) return BS_BAD_ARGUMENT;
     if (n_words && ends[n_words - 1] != n_pos) return BS_BAD_WORD_ENDS;
     /* positions are uint32 indices; word ids share 31 bits with frequencies in a Node */
@@ -167,6 +168,8 @@ done:
 #undef IN_SYM
 
 int merge_loop_start(MergeLoop *m) {
+    if (m->started) return BS_OUT_OF_ORDER;
+    m->started = 1;
     return pairs_build_heap(&m->ps, 0);
 }
 
@@ -399,6 +402,7 @@ int merge_loop_step(MergeLoop *m, int64_t min_count, const uint32_t *forced, uin
     uint32_t r;
     int64_t c;
     int rc;
+    if (!m->started) return BS_OUT_OF_ORDER;
     if (forced) {
         if (forced[0] >= ps->n_tokens || forced[1] >= ps->n_tokens) return BS_UNKNOWN_SYMBOL;
         if ((rc = pair_get(ps, pair_key(forced[0], forced[1]), &r))) return rc;
@@ -418,4 +422,25 @@ int merge_loop_step(MergeLoop *m, int64_t min_count, const uint32_t *forced, uin
     *right = pair_right(key);
     *count = c;
     return 1;
+}
+
+int merge_loop_merge_given(MergeLoop *m, const uint32_t *pairs, uint64_t n, int64_t *counts) {
+    for (uint64_t k = 0; k < n; k++) {
+        uint32_t a, b;
+        int rc = merge_loop_step(m, 1, pairs + 2 * k, &a, &b, &counts[k]);
+        if (rc < 0) return rc;
+    }
+    return BS_OK;
+}
+
+int merge_loop_merge_best(MergeLoop *m, uint64_t n, int64_t min_count, uint32_t *pairs, int64_t *counts,
+                          uint64_t *done) {
+    *done = 0;
+    while (*done < n) {
+        uint64_t k = *done;
+        int rc = merge_loop_step(m, min_count, NULL, &pairs[2 * k], &pairs[2 * k + 1], &counts[k]);
+        if (rc <= 0) return rc;
+        (*done)++;
+    }
+    return BS_OK;
 }

@@ -4,10 +4,14 @@
  * Same rules and results as the pure-Python trainer (bpe_stream/trainer.py), which stays
  * as the reference and the fallback when the extension is not built.
  *
- * Use: merge_loop_new, merge_loop_add_token for ids 0, 1, ... (the tokens' bytes, for the
- * tie-break), merge_loop_load once with all words (copied: the caller may free them
- * after), merge_loop_start, then merge_loop_step until it returns 0.  Every function
- * returns BS_OK (or 1, see merge_loop_step) or a negative bs_status (common.h).
+ * Life cycle: merge_loop_new, merge_loop_add_token for ids 0, 1, ... (the tokens' bytes,
+ * for the tie-break), merge_loop_load once with all words (copied: the caller may free
+ * them after), merge_loop_start once, then any sequence of merge_loop_merge_given (merges
+ * given in advance: resume, continue a tokenizer), merge_loop_merge_best (merges learned)
+ * and merge_loop_step (one of either), the state kept between calls; merge_loop_free.
+ * The merges' new tokens take the ids after the tokens, in order.  Every function returns
+ * BS_OK (or 1, see merge_loop_step) or a negative bs_status (common.h); a call out of
+ * that order is BS_OUT_OF_ORDER.
  */
 #ifndef BPE_STREAM_MERGE_LOOP_H
 #define BPE_STREAM_MERGE_LOOP_H
@@ -38,6 +42,15 @@ int merge_loop_start(MergeLoop *m);
  * left, or a status.  The merge's new token takes the next id. */
 int merge_loop_step(MergeLoop *m, int64_t min_count, const uint32_t *forced, uint32_t *left, uint32_t *right,
                     int64_t *count);
+/* Applies the `n` merges of `pairs` ({left, right} of merge k at pairs[2k], pairs[2k + 1])
+ * in order, whatever their counts; counts[k] receives merge k's count when it was applied
+ * (0 for a pair no word holds).  On a status the merges before the failing one are done. */
+int merge_loop_merge_given(MergeLoop *m, const uint32_t *pairs, uint64_t n, int64_t *counts);
+/* Up to `n` merges, each of the best pair whose count is at least max(min_count, 1):
+ * merge k's pair in pairs[2k], pairs[2k + 1] and its count in counts[k]; *done receives
+ * how many were made, fewer than n when no pair reaches min_count (or none is left). */
+int merge_loop_merge_best(MergeLoop *m, uint64_t n, int64_t min_count, uint32_t *pairs, int64_t *counts,
+                          uint64_t *done);
 void merge_loop_stats(const MergeLoop *m, MergeLoopStats *out);
 
 #endif

@@ -10,7 +10,7 @@
  *   common.{h,c}      sentinels, statuses, the hash, checked growth (bs_limit32)
  *   layout.h          the tie-break rules and the sequence table's rows, shared with Python
  *   pairs.{h,c}       pair records, pair table, heap with the tie-break, cold list
- *   merge_loop.{h,c}  the in-memory merge loop                      -> train()
+ *   merge_loop.{h,c}  the in-memory merge loop                      -> MergeLoop
  *   pair_index.{h,c}  the disk path's pair index                     -> PairIndex
  *   encoder.{h,c}     rank-ordered BPE of one pretoken               -> Encoder
  *   textencoder.{h,c} UTF-8 bytes to ids: special tokens (specials.{h,c}), the scanner,
@@ -69,31 +69,57 @@ static int add_tokens(PyObject *tokens, int (*add)(void *, const uint8_t *, size
     return 0;
 }
 
+/* The arguments (tokens, tie_break) of MergeLoop() and PairIndex(): the list of the tokens'
+ * bytes and the rule's number; -1 with an exception. */
+static int parse_tokens_and_rule(PyObject *args, PyObject *kwds, PyObject **tokens, int *rule) {
+    static char *kwlist[] = {"tokens", "tie_break", NULL};
+    const char *tie_name;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!s", kwlist, &PyList_Type, tokens, &tie_name)) return -1;
+    *rule = tie_break_number(tie_name);
+    return *rule < 0 ? -1 : 0;
+}
+
 static int add_loop_token(void *m, const uint8_t *data, size_t len) { return merge_loop_add_token(m, data, len); }
 static int add_index_token(void *pi, const uint8_t *data, size_t len) { return pair_index_add_token(pi, data, len); }
 
 /* A token id from Python; ids beyond 32 bits become BS_NONE, which no token has. */
 static uint32_t token_id(unsigned long long v) { return v >= BS_NONE ? BS_NONE : (uint32_t)v; }
 
-/* -- train ------------------------------------------------------------------------------ */
-/* BPE_STREAM_DEBUG=1: the loop's two phases timed and its visits counted, on stderr. */
+/* -- MergeLoop -------------------------------------------------------------------------- */
+/* BPE_STREAM_DEBUG=1: the time spent loading and merging, reported by stats(). */
 static double now(void) {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
     return t.tv_sec + t.tv_nsec * 1e-9;
 }
 
-static const char *TRAIN_DOC =
-    "train(words, width, tokens, max_merges, min_count, tie_break, forced, callback, every)\n"
-    "--\n\n"
-    "words: a list [symbols, word_ends, freqs], emptied as soon as the loop holds its own copy\n"
-    "(so that, given the only references, their memory is freed before the merges): symbols,\n"
-    "all words' symbols, word after word, `width` bytes each (1: a bytearray of byte\n"
-    "symbols, 4: array('I')); word_ends: array('Q') of each word's end offset; freqs:\n"
-    "array('q') of word frequencies; tokens: list of bytes, the token bytes of ids\n"
-    "0..len(tokens)-1 (new ids follow); tie_break: a name of TIE_BREAKS; forced: list of\n"
-    "(left, right) merges to apply first, in order (resume); callback(list of (left, right,\n"
-    "count)) is called every `every` merges and at the end.  Returns the number of merges done.";
+typedef struct {
+    PyObject_HEAD
+    MergeLoop *m;
+    double load_seconds, merge_seconds;
+} MergeLoopObject;
+
+static void MergeLoop_dealloc(MergeLoopObject *self) {
+    merge_loop_free(self->m);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static int MergeLoop_init(MergeLoopObject *self, PyObject *args, PyObject *kwds) {
+    PyObject *tokens;
+    int rule, rc;
+    if (parse_tokens_and_rule(args, kwds, &tokens, &rule) < 0) return -1;
+    merge_loop_free(self->m);
+    self->m = merge_loop_new(rule, &rc);
+    if (!self->m) { raise_status(rc); return -1; }
+    self->load_seconds = self->merge_seconds = 0;
+    return add_tokens(tokens, add_loop_token, self->m);
+}
+
+/* The loop, or NULL with an exception when __init__ did not make one. */
+static MergeLoop *loop_of(MergeLoopObject *self) {
+    if (!self->m) PyErr_SetString(PyExc_RuntimeError, "MergeLoop.__init__ was not called");
+    return self->m;
+}
 
 /* Reads the three buffers of `words`; -1 with an exception (the buffers then released). */
 static int get_word_buffers(PyObject *words, Py_buffer bufs[3]) {
@@ -110,107 +136,142 @@ static int get_word_buffers(PyObject *words, Py_buffer bufs[3]) {
     return 0;
 }
 
-/* Runs the merges after the load: calls back every `every` merges; the number done, or -1. */
-static long long run_merges(MergeLoop *m, long long max_merges, long long min_count, PyObject *forced,
-                            PyObject *callback, Py_ssize_t every) {
-    long long done_merges = 0;
-    Py_ssize_t n_forced = PyList_GET_SIZE(forced);
-    PyObject *chunk = PyList_New(0);
-    if (!chunk) return -1;
-    while (done_merges < max_merges) {
-        uint32_t pair[2], a, b;
-        int64_t count;
-        if (done_merges < n_forced) {
-            unsigned long long left, right;
-            if (!PyArg_ParseTuple(PyList_GET_ITEM(forced, done_merges), "KK", &left, &right)) goto fail;
-            pair[0] = token_id(left);
-            pair[1] = token_id(right);
-        }
-        int got = merge_loop_step(m, min_count, done_merges < n_forced ? pair : NULL, &a, &b, &count);
-        if (got < 0) { raise_status(got); goto fail; }
-        if (!got) break;
-        PyObject *merge = Py_BuildValue("(IIL)", a, b, (long long)count);
-        if (!merge || PyList_Append(chunk, merge) < 0) { Py_XDECREF(merge); goto fail; }
-        Py_DECREF(merge);
-        done_merges++;
-        if (done_merges % every == 0) {
-            PyObject *rv = PyObject_CallFunctionObjArgs(callback, chunk, NULL);
-            if (!rv) goto fail;
-            Py_DECREF(rv);
-            Py_SETREF(chunk, PyList_New(0));
-            if (!chunk || PyErr_CheckSignals() < 0) goto fail;
-        }
-    }
-    if (PyList_GET_SIZE(chunk)) {
-        PyObject *rv = PyObject_CallFunctionObjArgs(callback, chunk, NULL);
-        if (!rv) goto fail;
-        Py_DECREF(rv);
-    }
-    Py_DECREF(chunk);
-    return done_merges;
-fail:
-    Py_XDECREF(chunk);
-    return -1;
-}
-
-static PyObject *train(PyObject *self, PyObject *args, PyObject *kwds) {
-    static char *kwlist[] = {"words", "width", "tokens", "max_merges", "min_count", "tie_break", "forced",
-                             "callback", "every", NULL};
-    PyObject *words, *tokens, *forced, *callback;
-    long long max_merges, min_count;
-    const char *tie_name;
+static PyObject *MergeLoop_load(MergeLoopObject *self, PyObject *args, PyObject *kwds) {
+    static char *kwlist[] = {"words", "width", NULL};
+    PyObject *words;
     int width;
-    Py_ssize_t every;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!iO!LLsO!On", kwlist, &PyList_Type, &words, &width,
-                                     &PyList_Type, &tokens, &max_merges, &min_count, &tie_name, &PyList_Type,
-                                     &forced, &callback, &every))
-        return NULL;
-    int rule = tie_break_number(tie_name);
-    if (rule < 0) return NULL;
+    MergeLoop *m = loop_of(self);
+    if (!m || !PyArg_ParseTupleAndKeywords(args, kwds, "O!i", kwlist, &PyList_Type, &words, &width)) return NULL;
     if (width != 1 && width != 4) {
         PyErr_SetString(PyExc_ValueError, "width must be 1 or 4");
         return NULL;
     }
     Py_buffer bufs[3]; /* symbols, word_ends, freqs */
     if (get_word_buffers(words, bufs) < 0) return NULL;
-    int held = 1, rc;
-    PyObject *result = NULL;
-    MergeLoop *m = merge_loop_new(rule, &rc);
-    if (!m) { raise_status(rc); goto done; }
+    double t0 = now();
     uint64_t n_pos = (uint64_t)bufs[0].len / (uint64_t)width;
     uint64_t n_words = (uint64_t)bufs[1].len / sizeof(uint64_t);
+    int rc = BS_OK;
     if ((uint64_t)bufs[0].len % (uint64_t)width || (uint64_t)bufs[2].len / sizeof(int64_t) != n_words) {
         PyErr_SetString(PyExc_ValueError, "symbols, word_ends and freqs disagree");
-        goto done;
+        rc = BS_BAD_ARGUMENT;
+    } else {
+        rc = merge_loop_load(m, bufs[0].buf, width, n_pos, (const uint64_t *)bufs[1].buf,
+                             (const int64_t *)bufs[2].buf, n_words);
+        if (rc) raise_status(rc);
+    }
+    for (int k = 0; k < 3; k++) PyBuffer_Release(&bufs[k]);
+    if (rc) return NULL;
+    /* The input is copied into the loop: let it go before the merges grow the tables. */
+    if (PyList_SetSlice(words, 0, PyList_GET_SIZE(words), NULL) < 0) return NULL;
+    if ((rc = merge_loop_start(m))) return raise_status(rc);
+    self->load_seconds += now() - t0;
+    Py_RETURN_NONE;
+}
+
+static PyObject *MergeLoop_merge_given(MergeLoopObject *self, PyObject *args, PyObject *kwds) {
+    static char *kwlist[] = {"pairs", NULL};
+    PyObject *pairs;
+    MergeLoop *m = loop_of(self);
+    if (!m || !PyArg_ParseTupleAndKeywords(args, kwds, "O!", kwlist, &PyList_Type, &pairs)) return NULL;
+    Py_ssize_t n = PyList_GET_SIZE(pairs);
+    uint32_t *ids = (uint32_t *)bs_realloc_n(NULL, 2 * (uint64_t)n, sizeof(uint32_t));
+    int64_t *counts = (int64_t *)bs_realloc_n(NULL, (uint64_t)n, sizeof(int64_t));
+    PyObject *out = NULL;
+    if (!ids || !counts) { PyErr_NoMemory(); goto done; }
+    for (Py_ssize_t k = 0; k < n; k++) {
+        unsigned long long left, right;
+        if (!PyArg_ParseTuple(PyList_GET_ITEM(pairs, k), "KK", &left, &right)) goto done;
+        ids[2 * k] = token_id(left);
+        ids[2 * k + 1] = token_id(right);
     }
     double t0 = now();
-    if (add_tokens(tokens, add_loop_token, m) < 0) goto done;
-    rc = merge_loop_load(m, bufs[0].buf, width, n_pos, (const uint64_t *)bufs[1].buf, (const int64_t *)bufs[2].buf,
-                         n_words);
+    int rc = merge_loop_merge_given(m, ids, (uint64_t)n, counts);
+    self->merge_seconds += now() - t0;
     if (rc) { raise_status(rc); goto done; }
-    /* The input is copied into the loop: let it go before the merges grow the tables. */
-    for (int k = 0; k < 3; k++) PyBuffer_Release(&bufs[k]);
-    held = 0;
-    if (PyList_SetSlice(words, 0, PyList_GET_SIZE(words), NULL) < 0) goto done;
-    double t1 = now();
-    if ((rc = merge_loop_start(m))) { raise_status(rc); goto done; }
-    long long n_done = run_merges(m, max_merges, min_count, forced, callback, every < 1 ? 1 : every);
-    if (n_done < 0) goto done;
-    result = PyLong_FromLongLong(n_done);
-    if (getenv("BPE_STREAM_DEBUG")) {
-        MergeLoopStats st;
-        merge_loop_stats(m, &st);
-        fprintf(stderr,
-                "merge loop: init %.3f s, merges %.3f s, %llu occurrences visited, %llu merged, %u pairs, heap %llu\n",
-                t1 - t0, now() - t1, (unsigned long long)st.visits, (unsigned long long)st.merged, st.pairs,
-                (unsigned long long)st.heap);
+    if (!(out = PyList_New(n))) goto done;
+    for (Py_ssize_t k = 0; k < n; k++) {
+        PyObject *c = PyLong_FromLongLong((long long)counts[k]);
+        if (!c) { Py_CLEAR(out); goto done; }
+        PyList_SET_ITEM(out, k, c);
     }
 done:
-    merge_loop_free(m);
-    if (held)
-        for (int k = 0; k < 3; k++) PyBuffer_Release(&bufs[k]);
-    return result;
+    free(ids);
+    free(counts);
+    return out;
 }
+
+/* Merges are made a block at a time into buffers of this many (a caller's n may be large). */
+#define BEST_BLOCK 1024
+
+static PyObject *MergeLoop_merge_best(MergeLoopObject *self, PyObject *args, PyObject *kwds) {
+    static char *kwlist[] = {"n", "min_count", NULL};
+    long long n, min_count;
+    MergeLoop *m = loop_of(self);
+    if (!m || !PyArg_ParseTupleAndKeywords(args, kwds, "LL", kwlist, &n, &min_count)) return NULL;
+    PyObject *out = PyList_New(0);
+    if (!out) return NULL;
+    uint32_t pairs[2 * BEST_BLOCK];
+    int64_t counts[BEST_BLOCK];
+    for (long long made = 0; made < n;) {
+        uint64_t want = (uint64_t)(n - made) < BEST_BLOCK ? (uint64_t)(n - made) : BEST_BLOCK, got;
+        double t0 = now();
+        int rc = merge_loop_merge_best(m, want, min_count, pairs, counts, &got);
+        self->merge_seconds += now() - t0;
+        for (uint64_t k = 0; k < got; k++) {
+            PyObject *merge = Py_BuildValue("(IIL)", pairs[2 * k], pairs[2 * k + 1], (long long)counts[k]);
+            if (!merge || PyList_Append(out, merge) < 0) { Py_XDECREF(merge); goto fail; }
+            Py_DECREF(merge);
+        }
+        if (rc) { raise_status(rc); goto fail; }
+        made += (long long)got;
+        if (got < want) break;
+    }
+    return out;
+fail:
+    Py_DECREF(out);
+    return NULL;
+}
+
+static PyObject *MergeLoop_stats(MergeLoopObject *self, PyObject *noargs) {
+    MergeLoop *m = loop_of(self);
+    if (!m) return NULL;
+    MergeLoopStats st;
+    merge_loop_stats(m, &st);
+    return Py_BuildValue("{s:K,s:K,s:I,s:K,s:d,s:d}", "visits", (unsigned long long)st.visits, "merged",
+                         (unsigned long long)st.merged, "pairs", st.pairs, "heap", (unsigned long long)st.heap,
+                         "load_seconds", self->load_seconds, "merge_seconds", self->merge_seconds);
+}
+
+#define KW (METH_VARARGS | METH_KEYWORDS)
+static PyMethodDef MergeLoop_methods[] = {
+    {"load", (PyCFunction)(void (*)(void))MergeLoop_load, KW,
+     "load(words, width): once, all the words.  words: a list [symbols, word_ends, freqs], emptied as soon\n"
+     "as the loop holds its own copy (so that, given the only references, their memory is freed before the\n"
+     "merges): symbols, all words' symbols, word after word, `width` bytes each (1: a bytearray of byte\n"
+     "symbols, 4: array('I')); word_ends: array('Q') of each word's end offset; freqs: array('q')."},
+    {"merge_given", (PyCFunction)(void (*)(void))MergeLoop_merge_given, KW,
+     "merge_given(pairs) -> [count, ...]: applies the (left, right) merges in order, each one's count as applied."},
+    {"merge_best", (PyCFunction)(void (*)(void))MergeLoop_merge_best, KW,
+     "merge_best(n, min_count) -> [(left, right, count), ...]: up to n merges of the best pair, fewer when\n"
+     "no pair reaches min_count."},
+    {"stats", (PyCFunction)MergeLoop_stats, METH_NOARGS,
+     "Occurrences visited and merged, pairs, heap entries, and the seconds spent loading and merging."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject MergeLoopType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "bpe_stream._fastbpe.MergeLoop",
+    .tp_basicsize = sizeof(MergeLoopObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "MergeLoop(tokens, tie_break): the in-memory merge loop (tokens: the bytes of ids 0..n-1;\n"
+              "merges take the ids after them).  load once, then merge_given / merge_best in any order.",
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)MergeLoop_init,
+    .tp_dealloc = (destructor)MergeLoop_dealloc,
+    .tp_methods = MergeLoop_methods,
+};
 
 /* -- PairIndex -------------------------------------------------------------------------- */
 typedef struct {
@@ -224,12 +285,9 @@ static void PairIndex_dealloc(PairIndexObject *self) {
 }
 
 static int PairIndex_init(PairIndexObject *self, PyObject *args, PyObject *kwds) {
-    static char *kwlist[] = {"tokens", "tie_break", NULL};
     PyObject *tokens;
-    const char *tie_name;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!s", kwlist, &PyList_Type, &tokens, &tie_name)) return -1;
-    int rule = tie_break_number(tie_name), rc;
-    if (rule < 0) return -1;
+    int rule, rc;
+    if (parse_tokens_and_rule(args, kwds, &tokens, &rule) < 0) return -1;
     pair_index_free(self->pi);
     self->pi = pair_index_new(rule, &rc);
     if (!self->pi) { raise_status(rc); return -1; }
@@ -882,7 +940,6 @@ static PyObject *set_limit32(PyObject *self, PyObject *args, PyObject *kwds) {
 }
 
 static PyMethodDef methods[] = {
-    {"train", (PyCFunction)(void (*)(void))train, KW, NULL},
     {"split_keys", (PyCFunction)(void (*)(void))split_keys, KW,
      "split_keys(packed, start, stop) -> list of keys (SEQUENCE_ROW's key)."},
     {"scan", (PyCFunction)(void (*)(void))py_scan, KW, scan_doc},
@@ -946,13 +1003,14 @@ static int add_type(PyObject *m, const char *name, PyTypeObject *type) {
 }
 
 PyMODINIT_FUNC PyInit__fastbpe(void) {
-    methods[0].ml_doc = TRAIN_DOC;
-    if (PyType_Ready(&PairIndexType) < 0 || PyType_Ready(&EncoderType) < 0 || PyType_Ready(&CountTableType) < 0)
+    if (PyType_Ready(&MergeLoopType) < 0 || PyType_Ready(&PairIndexType) < 0 || PyType_Ready(&EncoderType) < 0 ||
+        PyType_Ready(&CountTableType) < 0)
         return NULL;
     PyObject *m = PyModule_Create(&module);
     if (!m) return NULL;
-    if (add_type(m, "PairIndex", &PairIndexType) < 0 || add_type(m, "Encoder", &EncoderType) < 0 ||
-        add_type(m, "CountTable", &CountTableType) < 0 || add_layout(m) < 0 || add_scan_constants(m) < 0) {
+    if (add_type(m, "MergeLoop", &MergeLoopType) < 0 || add_type(m, "PairIndex", &PairIndexType) < 0 ||
+        add_type(m, "Encoder", &EncoderType) < 0 || add_type(m, "CountTable", &CountTableType) < 0 ||
+        add_layout(m) < 0 || add_scan_constants(m) < 0) {
         Py_DECREF(m);
         return NULL;
     }

@@ -175,7 +175,11 @@ static inline int bytes_cmp(const Token *x, const Token *y) {
     return (x->len > y->len) - (x->len < y->len);
 }
 
-/* 1 when entry p must come out of the heap before entry q. */
+/* 1 when entry p must come out of the heap before entry q: the higher count, then the
+ * tie-break -- max-bytes: the greater (bytes(left), bytes(right)); min-bytes: the smaller;
+ * min-ids: the smaller (left, right); equal bytes (a marker spelled like a byte): the
+ * smaller ids.  The rules' names are bpe.TIE_BREAKS (layout.h's list is checked against
+ * it at import); the Python engine implements the same order (memory_engines.py). */
 static inline int better(const PairSet *ps, const HeapEntry *p, const HeapEntry *q) {
     if (p->count != q->count) return p->count > q->count;
     uint64_t kp = p->key, kq = q->key;

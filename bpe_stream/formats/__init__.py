@@ -5,6 +5,12 @@ directory holding one), a GPT-2 ``vocab.json`` + ``merges.txt`` directory, a ``.
 rank file (with its ``.json`` sidecar) or that sidecar -- and gives one clear error for
 anything that is not a byte-level BPE tokenizer it can read.  ``export_tokenizer`` writes
 ``native``, ``hf``, ``gpt2`` or ``tiktoken``; ``truncate`` keeps the first merges only.
+
+One module a format -- ``native``, ``hf`` (``tokenizer.json``), ``gpt2`` (``vocab.json`` +
+``merges.txt``), ``tiktoken_file`` (rank file + sidecar), ``counts`` (pretoken counts, not a
+tokenizer) -- and what they share: ``files`` (bounded reading of regular files),
+``patterns`` (the regex dialects of HF and tiktoken), ``common`` (the exports' token texts
+and refusals) and ``printable`` (GPT-2's printable form of bytes).
 """
 
 from __future__ import annotations
@@ -17,7 +23,7 @@ from typing import BinaryIO, List, Optional
 
 from ..atomic import check_output, stdout_binary
 from ..tokenizer import Tokenizer, TokenizerError
-from .files import MAX_TOKENIZER_BYTES, read_tokenizer_file  # noqa: F401  (a larger -t is a corpus passed by mistake)
+from .files import read_tokenizer_file
 
 EXPORT_FORMATS = ("hf", "gpt2", "tiktoken", "native")
 

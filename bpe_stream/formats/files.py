@@ -4,11 +4,13 @@ Every loader reads through :func:`read_tokenizer_file`: only a regular file (``-
 ``/dev/urandom`` or a FIFO would be read until memory runs out, or block), and at most
 ``MAX_TOKENIZER_BYTES`` of it (1 GiB: o200k's rank file is 3.6 MB, the largest HF
 ``tokenizer.json`` files are tens of MB), counted as it is read, so a file that grows while
-it is read is stopped too.  Errors name the file, never its contents.
+it is read is stopped too; JSON documents through :func:`read_json`.  Errors name the
+file, never its contents.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 from typing import Optional
@@ -53,3 +55,13 @@ def read_tokenizer_file(path, what: str = "a tokenizer file", limit: Optional[in
 
 def _too_large(path: str, what: str, limit: int) -> TokenizerError:
     return TokenizerError(f"{path} is over {limit:,} bytes, too large for {what}; check the -t argument")
+
+
+def read_json(path, what: str):
+    """The JSON document in the file ``path`` (``what`` it should be, for the errors), read
+    as :func:`read_tokenizer_file` reads."""
+    data = read_tokenizer_file(path, what)
+    try:
+        return json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise TokenizerError(f"{path}: cannot read {what} ({exc})") from None

@@ -6,23 +6,17 @@ import json
 import os
 from typing import List, Optional, Sequence, Tuple
 
+from ..atomic import atomic_directory, atomic_write
 from ..tokenizer import Tokenizer, TokenizerError
-from .files import read_tokenizer_file
+from .common import printable_keys, reject_doc_boundaries, reject_end_of_word
+from .files import read_json, read_tokenizer_file
 from .printable import from_printable
-
-
-def _read_json(path):
-    data = read_tokenizer_file(path, "a vocab.json")
-    try:
-        return json.loads(data.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise TokenizerError(f"{path}: cannot read a vocab.json ({exc})") from None
 
 
 def load_gpt2(vocab_json, merges_txt, special_tokens: Optional[Sequence[str]] = None) -> Tokenizer:
     """``special_tokens=None`` treats every multi-byte token that no merge makes (GPT-2's
     ``<|endoftext|>``) as a special token, as HF does with added tokens."""
-    raw = _read_json(vocab_json)
+    raw = read_json(vocab_json, "a vocab.json")
     if not isinstance(raw, dict):
         raise TokenizerError(f"{vocab_json}: not a JSON object of token -> id")
     vocab = {}
@@ -91,16 +85,11 @@ def save_gpt2(tok: Tokenizer, directory) -> List[str]:
     marker and document boundaries.  Special tokens are written as their text and come
     back as the tokens no merge makes.
     """
-    from ..atomic import atomic_write
-    from .hf import printable_keys, reject_end_of_word
-
     directory = os.fspath(directory)
     if os.path.exists(directory) and not os.path.isdir(directory):
         raise TokenizerError(f"{directory} is a file; the gpt2 format is a directory (vocab.json + merges.txt)")
     reject_end_of_word(tok, "the GPT-2 vocab.json/merges.txt format")
-    if tok.doc_start_id is not None or tok.doc_end_id is not None:
-        raise TokenizerError("the GPT-2 vocab.json/merges.txt format cannot add document boundaries; "
-                             "export with --format hf (or native)")
+    reject_doc_boundaries(tok, "the GPT-2 vocab.json/merges.txt format")
     if tok.pretokenizer.name != "gpt2":
         raise TokenizerError(
             f"vocab.json/merges.txt record no pretokenizer and are read with GPT-2's, not {tok.pretokenizer.name!r}; "
@@ -128,8 +117,6 @@ def save_gpt2(tok: Tokenizer, directory) -> List[str]:
     others = set(os.listdir(directory)) - {"vocab.json", "merges.txt"} if os.path.isdir(directory) else set()
     if not others:
         # The two files must change together: a new directory replaces the old in one step.
-        from ..atomic import atomic_directory
-
         with atomic_directory(directory) as tmp:
             for name, text in (("merges.txt", merges_text), ("vocab.json", vocab_text)):
                 with open(os.path.join(tmp, name), "w", encoding="utf-8", newline="\n") as f:

@@ -40,8 +40,9 @@ from ..atomic import atomic_write
 from ..bpe import encode_by_rank
 from ..pretokenize import CL100K_PATTERN, GPT2_PATTERN, O200K_PATTERN, Pretokenizer, PretokenizeError
 from ..tokenizer import Tokenizer, TokenizerError
-from .files import read_tokenizer_file
-from .hf import from_fancy, pretokenizer_for_pattern, reject_end_of_word, to_fancy
+from .common import reject_doc_boundaries, reject_end_of_word
+from .files import read_json, read_tokenizer_file
+from .patterns import from_fancy, pretokenizer_for_pattern, to_fancy
 
 SIDECAR_SUFFIX = ".json"
 SIDECAR_FORMAT = "bpe-stream-tiktoken"
@@ -89,8 +90,7 @@ def check_tiktoken(tok: Tokenizer) -> Dict[int, bytes]:
     """The mergeable ranks (id -> bytes) of ``tok``, or a ``TokenizerError`` saying why
     tiktoken would encode differently."""
     reject_end_of_word(tok, "tiktoken")
-    if tok.doc_start_id is not None or tok.doc_end_id is not None:
-        raise TokenizerError("tiktoken cannot add document boundaries; export with --format hf (or native)")
+    reject_doc_boundaries(tok, "tiktoken")
     specials = tok.special_tokens
     for a in specials:
         for b in specials:
@@ -260,12 +260,8 @@ def recover_merges(ranks: Dict[bytes, int], where: str) -> List[Tuple[int, int, 
     return merges
 
 
-def _read_json(path) -> dict:
-    data = read_tokenizer_file(path, "a tiktoken sidecar")
-    try:
-        return json.loads(data.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise TokenizerError(f"{path}: cannot read the tiktoken sidecar ({exc})") from None
+def _read_sidecar(path):
+    return read_json(path, "a tiktoken sidecar")
 
 
 def ranks_path(sidecar, meta: dict) -> str:
@@ -299,12 +295,7 @@ def _pretokenizer_from_meta(meta: dict, where: str) -> str:
              NONE_PATTERN: "none"}
     if pat_str in known:
         return known[pat_str]
-    name = pretokenizer_for_pattern(from_fancy(pat_str))
-    try:
-        Pretokenizer.from_name(name)
-    except PretokenizeError as exc:
-        raise TokenizerError(f"{where}: {exc}") from None
-    return name
+    return pretokenizer_for_pattern(from_fancy(pat_str), where)
 
 
 def load_tiktoken(path, meta: Optional[dict] = None, data: Optional[bytes] = None) -> Tokenizer:
@@ -315,7 +306,7 @@ def load_tiktoken(path, meta: Optional[dict] = None, data: Optional[bytes] = Non
     if meta is None:
         side = sidecar_path(path)
         if os.path.exists(side):
-            meta = _read_json(side)
+            meta = _read_sidecar(side)
             if not is_sidecar(meta):
                 raise TokenizerError(f"{side} is not a tiktoken sidecar (no pat_str)")
         else:
@@ -354,7 +345,7 @@ def load_sidecar(path, meta: Optional[dict] = None) -> Tokenizer:
     """A ``Tokenizer`` from the sidecar at ``path`` (its ``ranks_file`` beside it)."""
     path = os.fspath(path)
     if meta is None:
-        meta = _read_json(path)
+        meta = _read_sidecar(path)
     return load_tiktoken(ranks_path(path, meta), meta)
 
 
@@ -365,10 +356,10 @@ def tiktoken_encoding(path):
     path = os.fspath(path)
     if path.endswith(SIDECAR_SUFFIX) and not looks_like_ranks(read_tokenizer_file(path, "a tiktoken file")):
         side = path
-        meta = _read_json(side)
+        meta = _read_sidecar(side)
         path = ranks_path(side, meta)
     else:
-        meta = _read_json(sidecar_path(path))
+        meta = _read_sidecar(sidecar_path(path))
     kwargs = {}
     if meta.get("explicit_n_vocab"):
         kwargs["explicit_n_vocab"] = meta["explicit_n_vocab"]

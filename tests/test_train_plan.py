@@ -1,0 +1,154 @@
+"""The plan of a training run from a store (``pipeline.plan_training``): decided from the store
+and the options without side effects, then run by ``train_from_store``.
+
+The plan for a few stores and options: effective settings (the caller's config untouched),
+the path and its reason, the engine, the forced prefix of --from and --resume, what the run
+will say, and the errors a plan refuses with.  And a resume from a checkpoint cut short by
+--min-count, continued past it with --from, leaves a checkpoint the next --resume reads.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+
+import pytest
+
+from bpe_stream import Store
+from bpe_stream.counting import count_sources, make_settings
+from bpe_stream.memory_engines import _fastbpe
+from bpe_stream.pipeline import TrainPlan, plan_training, train_from_store
+from bpe_stream.reader import Source
+from bpe_stream.store import StoreError
+from bpe_stream.store_checkpoint import read_checkpoint, write_checkpoint
+from bpe_stream.trainer import TrainConfig, TrainError
+
+from conftest import CS336
+
+EOT = "<|endoftext|>"
+needs_c = pytest.mark.skipif(_fastbpe is None, reason="the C extension is not built")
+
+
+@pytest.fixture(scope="module")
+def counted(tmp_path_factory):
+    """A store of corpus.en with <|endoftext|> and the word-end marker "</w>"."""
+    path = tmp_path_factory.mktemp("plan") / "store"
+    with Store.open(path, create=True) as st:
+        count_sources(st, [Source.from_arg(str(CS336 / "corpus.en"))], make_settings("gpt2", [EOT], end_of_word="</w>"))
+    return path
+
+
+def plan(store, config=None, **options) -> TrainPlan:
+    with Store.open(store, readonly=True) as st:
+        return plan_training(st, config or TrainConfig(vocab_size=600), **options)
+
+
+def state(path):
+    """The store's files and its checkpoint: what a plan must leave as it is."""
+    with Store.open(path, readonly=True) as st:
+        checkpoint = read_checkpoint(st)
+    return sorted(os.listdir(path)), os.path.getsize(path / "data.mdb"), checkpoint
+
+
+@needs_c
+def test_the_plan_of_a_plain_run(counted):
+    config = TrainConfig(vocab_size=600, special_tokens=["<x>"])
+    before = state(counted)
+    p = plan(counted, config, max_memory=4 << 30)
+    assert state(counted) == before  # nothing written, no scratch table
+    assert config == TrainConfig(vocab_size=600, special_tokens=["<x>"])  # the caller's config as given
+    assert p.config.special_tokens == [EOT, "<x>"] and p.config.end_of_word == "</w>"
+    assert p.config.vocab_size == 600 and p.limit == 600 - 256 - 3
+    assert (p.path, p.engine, p.forced, p.resumed, p.budget) == ("memory", "c", (), None, 4 << 30)
+    assert p.reason.startswith("estimated") and "fits the budget of 4,295 MB" in p.reason
+    assert p.unique > 0 and p.symbols > p.unique and 0 < p.memory_estimate < 4 << 30
+    assert p.messages == (f"training in memory ({p.unique:,} distinct pretokens, {p.symbols:,} symbols; {p.reason})",)
+    assert p.settings["pretokenizer"] == "gpt2"
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        p.path = "disk"
+    assert plan(counted, config, max_memory=4 << 30) == p  # the same store and options: the same plan
+
+
+@needs_c
+def test_the_path_follows_the_budget_or_the_option(counted):
+    small = plan(counted, max_memory=1 << 20)
+    assert (small.path, small.engine) == ("disk", "disk") and "exceeds the budget of 1 MB" in small.reason
+    assert "on disk" in small.messages[0] and "pair index alone" in small.messages[1]
+    asked = plan(counted, path="disk", max_memory=4 << 30)
+    assert (asked.path, asked.reason, len(asked.messages)) == ("disk", "as asked", 1)
+    python = plan(counted, engine="python", max_memory=4 << 30)
+    assert (python.path, python.engine) == ("memory", "python")
+    assert python.memory_estimate > plan(counted, max_memory=4 << 30).memory_estimate  # the Python engine's needs
+    # the fingerprint names what merges depend on: not the vocabulary size, but the tie-break
+    assert plan(counted, TrainConfig(vocab_size=900)).fingerprint == plan(counted).fingerprint
+    assert plan(counted, TrainConfig(vocab_size=600, tie_break="min-ids")).fingerprint != plan(counted).fingerprint
+
+
+@needs_c
+def test_the_forced_prefix_of_from_and_resume(counted, tmp_path):
+    store = tmp_path / "store"
+    import shutil
+
+    shutil.copytree(counted, store)
+    assert plan(store, resume=True).messages[0].startswith("no checkpoint of this run to resume")
+    with Store.open(store) as st:
+        small, _ = train_from_store(st, TrainConfig(vocab_size=400), checkpoint_every=50, checkpoint_seconds=1e9)
+    merges = [(a, b) for a, b, _ in small.merges]
+    p = plan(store, from_tokenizer=small)
+    assert p.forced == tuple(merges) and p.messages[0] == f"continuing from a tokenizer with {len(merges):,} merges"
+    assert p.resumed is None  # a new run: its first save replaces the checkpoint
+    resumed = plan(store, resume=True)
+    assert resumed.forced == tuple(merges) and resumed.messages[0] == f"resuming after {len(merges):,} checkpointed merges"
+    with Store.open(store, readonly=True) as st:
+        assert resumed.resumed == read_checkpoint(st)  # extended in place
+    # --min-count cuts the checkpoint's merges where their counts fall below it
+    with Store.open(store, readonly=True) as st:
+        counts = [m[2] for m in read_checkpoint(st)["merges"]]
+    cut = next(i for i, c in enumerate(counts) if c < 300)
+    high = plan(store, TrainConfig(vocab_size=600, min_count=300), resume=True)
+    assert high.forced == tuple(merges[:cut]) and high.resumed is None
+    # --from and --resume must agree
+    with Store.open(store) as st:
+        write_checkpoint(st, resumed.fingerprint, [[97, 98, 5]])
+    with pytest.raises(TrainError, match="--resume and --from disagree"):
+        plan(store, resume=True, from_tokenizer=small)
+
+
+def test_a_plan_refuses_what_cannot_work(counted, tmp_path):
+    with pytest.raises(TrainError, match="unknown training path"):
+        plan(counted, path="cloud")
+    with pytest.raises(TrainError, match="unknown engine"):
+        plan(counted, engine="rust")
+    with pytest.raises(TrainError, match="smaller than the 258 base symbols"):
+        plan(counted, TrainConfig(vocab_size=257))
+    Store.open(tmp_path / "empty", create=True).close()
+    with pytest.raises(StoreError, match="no counts yet"):
+        plan(tmp_path / "empty")
+
+
+@needs_c
+@pytest.mark.parametrize("path", ["memory", "disk"])
+def test_resuming_a_cut_checkpoint_past_its_end_leaves_a_readable_one(counted, tmp_path, path):
+    """--resume with a higher --min-count keeps only the checkpoint's first merges; --from a
+    longer tokenizer then carries the run past them.  The run's checkpoint must then hold
+    exactly its own merges (appending to the longer one left a head that miscounts its
+    chunks: the next --resume said "damaged")."""
+    import shutil
+
+    store = tmp_path / "store"
+    shutil.copytree(counted, store)
+    with Store.open(store) as st:
+        full, _ = train_from_store(st, TrainConfig(vocab_size=500), checkpoint_every=64, checkpoint_seconds=1e9)
+        counts = [m[2] for m in read_checkpoint(st)["merges"]]
+    cut = next(i for i, c in enumerate(counts) if c < 100)
+    with Store.open(store) as st:
+        cont, _ = train_from_store(st, TrainConfig(vocab_size=560, min_count=100), path=path, resume=True,
+                                   from_tokenizer=full, checkpoint_every=64, checkpoint_seconds=1e9)
+        checkpoint = read_checkpoint(st)
+    assert cut < len(full.merges) and cont.merges[:len(full.merges)] == full.merges
+    assert [tuple(m[:2]) for m in checkpoint["merges"]] == [m[:2] for m in cont.merges]
+    with Store.open(store) as st:
+        messages = []
+        again, _ = train_from_store(st, TrainConfig(vocab_size=560), resume=True, on_message=messages.append)
+    assert f"resuming after {len(cont.merges):,} checkpointed merges" in messages
+    assert again.merges[:len(cont.merges)] == cont.merges and len(again.merges) == 560 - 258
