@@ -290,6 +290,16 @@ def test_the_cache_stays_bounded_and_never_changes_an_id(toks, twins):
     assert enc.text_cached == 2  # 64 bytes: cached
 
 
+def test_a_huge_text_then_small_ones(toks):
+    """Past BS_TE_KEEP_IDS ids the encoder lets its buffer go after the call; the next calls
+    make a new one."""
+    plain = Tokenizer({i: bytes([i]) for i in range(256)}, [], [], "gpt2")
+    data = bytes(range(256)) * 17_000  # 4.35 million bytes, one id each
+    assert plain.encode_bytes(data) == list(data)
+    assert plain.encode_bytes(b"ab c") == [97, 98, 32, 99]
+    assert plain._native_ids(b"ab c", "txt") == (b"97 98 32 99", 4)
+
+
 # -- the boundary ---------------------------------------------------------------------------------
 def test_encode_text_arguments(toks):
     tok = toks["gpt2-plain"]

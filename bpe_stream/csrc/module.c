@@ -666,6 +666,7 @@ static PyObject *Encoder_encode_text(EncoderObject *self, PyObject *args, PyObje
     bs_format(ids, n_ids, fmt, (uint8_t *)PyBytes_AS_STRING(data));
     out = Py_BuildValue("(Nn)", data, (Py_ssize_t)n_ids);
 done:
+    bs_te_trim(self->text);
     PyBuffer_Release(&buf);
     return out;
 }

@@ -51,6 +51,13 @@ int bs_te_add_special(bs_text_encoder *te, const uint8_t *token, size_t len, uin
 
 size_t bs_te_cached(const bs_text_encoder *te) { return bs_idcache_len(te->cache); }
 
+void bs_te_trim(bs_text_encoder *te) {
+    if (te->cap_out <= BS_TE_KEEP_IDS) return;
+    free(te->out);
+    te->out = NULL;
+    te->n_out = te->cap_out = 0;
+}
+
 /* Appends n ids to the output (most pretokens are one or two ids: no memcpy call). */
 static inline int append(bs_text_encoder *te, const uint32_t *ids, size_t n) {
     BS_RESERVE_OR_RETURN(te->out, te->cap_out, te->n_out + n, 4096, BS_LIMIT64(te->out));

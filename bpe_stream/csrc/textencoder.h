@@ -33,4 +33,10 @@ size_t bs_te_cached(const bs_text_encoder *te);
 int bs_te_encode(bs_text_encoder *te, const uint8_t *data, size_t len, int split_specials, const uint32_t **ids,
                  size_t *n_ids);
 
+/* Lets go of the ids buffer when it holds more than BS_TE_KEEP_IDS ids (one huge text
+ * must not keep its memory for the small ones after it); the ids of the last call are
+ * then gone. */
+#define BS_TE_KEEP_IDS (1u << 22)
+void bs_te_trim(bs_text_encoder *te);
+
 #endif
