@@ -281,6 +281,7 @@ def test_the_cache_stays_bounded_and_never_changes_an_id(toks, twins):
         enc = small_encoder(tok, limit)
         for _ in range(2):  # the second time partly from the cache
             out, n = enc.encode_text(data)
+            assert n == len(want)
             assert array("I", out).tolist() == want, limit
             assert enc.text_cached <= limit
     enc = small_encoder(tok, 1 << 17)
