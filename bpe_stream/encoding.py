@@ -2,9 +2,11 @@
 
 A document is cut where the pretokens of the parts equal the pretokens of the whole, into
 pieces of about ``PIECE_CHARS`` bytes (characters for the pretokenizers whose safe points
-are not byte-level).  Each piece is decoded, split on special tokens, pretokenized,
-encoded *and formatted* (``txt``, ``u16`` or ``u32``) by a worker, which sends back the
-finished output bytes; the parent only reads, cuts and writes, in order.
+are not byte-level).  Each piece is split on special tokens, pretokenized, encoded *and
+formatted* (``txt``, ``u16`` or ``u32``) by a worker, which sends back the finished output
+bytes; the parent only reads, cuts and writes, in order.  With the C extension a worker
+does all of that in C on the piece's bytes (``Tokenizer._native_ids``); without it, it
+decodes the piece and runs the Python path.
 
 * Byte-level cuts (``pretokenize.find_byte_cut``: an ASCII space after a non-space, not
   inside a special token; every named pretokenizer but ``none``): the parent never decodes
@@ -25,6 +27,7 @@ from typing import BinaryIO, Iterator, List, Optional, Tuple
 from .ids_io import check_format, format_ids
 from .pretokenize import StreamSplitter, find_byte_cut, splittable
 from .reader import CHUNK_BYTES, InputError, decode_chunks, to_bytes
+from .scan import first_invalid_utf8
 from .tokenizer import Tokenizer
 
 PIECE_CHARS = 1 << 20  # bytes (or characters) encoded at a time, by one worker: ~100 tasks per 100 MB
@@ -49,15 +52,15 @@ def _encode_items(items, fmt: str, tok: Optional[Tokenizer] = None) -> Tuple[byt
 
 def _encode_bytes(data: bytes, offset: int, strict: bool, fmt: str, tok: Optional[Tokenizer] = None) -> Tuple[bytes, int]:
     """A task: the ids of a piece of a document's bytes (cut at safe points; ``offset`` is
-    where it starts, for the error message) in ``fmt``, and how many ids they are."""
+    where it starts, for the error message) in ``fmt``, and how many ids they are.  With
+    the C extension the bytes go to the native encoder as they are (no text is made)."""
     tok = _TOKENIZER if tok is None else tok
-    try:
-        text = data.decode("utf-8", "strict" if strict else "surrogateescape")
-    except UnicodeDecodeError as exc:
-        raise InputError(
-            f"invalid UTF-8 at byte offset {offset + exc.start}; drop --strict-utf8 to keep such bytes as they are"
-        ) from None
-    return _finish(tok, tok._encode_text_bytes(text), fmt)
+    bad = first_invalid_utf8(data) if strict else -1
+    if bad >= 0:
+        raise InputError(f"invalid UTF-8 at byte offset {offset + bad}; drop --strict-utf8 to keep such bytes as they are")
+    if tok._native():
+        return tok._native_ids(data, fmt)
+    return _finish(tok, tok._encode_text_bytes(data.decode("utf-8", "surrogateescape")), fmt)
 
 
 class ParallelEncoder:

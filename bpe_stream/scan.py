@@ -7,7 +7,8 @@ for byte).  It runs the native scanner (``bpe_stream._fastbpe``, built from
 ``bpe_stream/csrc/scan.c``, whose character tables are generated from the installed
 ``regex`` by ``tools/gen_unicode_tables.py``) when that extension is built, and
 :func:`scan_with_regex` -- the same result, slower -- when it is not.  Custom
-``regex:PATTERN`` pretokenizers have no native scanner.
+``regex:PATTERN`` pretokenizers have no native scanner.  :func:`first_invalid_utf8` finds
+where bytes stop being UTF-8, with the scanner's decoder.
 """
 
 from __future__ import annotations
@@ -31,6 +32,18 @@ def scan(data: bytes, pattern: str) -> List[bytes]:
     if _scan is None:
         return scan_with_regex(data, pattern)
     return _scan.scan(data, pattern)
+
+
+def first_invalid_utf8(data: bytes) -> int:
+    """The offset of the first byte of ``data`` (bytes-like) that is not part of well-formed
+    UTF-8 -- where ``data.decode("utf-8")`` fails -- or -1 when it is all UTF-8."""
+    if _scan is not None:
+        return _scan.first_invalid_utf8(data)
+    try:
+        bytes(data).decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return exc.start
+    return -1
 
 
 def scan_with_regex(data: bytes, pattern: str) -> List[bytes]:

@@ -5,17 +5,21 @@ merge ranks, the special tokens and their ids, the word-end marker and document
 boundaries, and a bounded cache pretoken -> ids.  Encoding splits special tokens first
 (longest match), pretokenizes the rest (``pretokenize.fast_split``: for ``gpt2`` the faster
 ``gpt2_split``), and encodes each pretoken by merge rank (the C encoder, or
-``bpe.encode_by_rank``).  Streams are split with ``pretokenize.StreamSplitter``, so any
-chunking gives the ids of the whole.  Reading and writing files is left to ``formats``.
+``bpe.encode_by_rank``).  With the C extension built and a named pretokenizer, all of that
+runs in C on the text's UTF-8 bytes instead (``_native_ids``: csrc/textencoder.c, with its
+own bounded cache), giving the same ids.  Streams are split with
+``pretokenize.StreamSplitter``, so any chunking gives the ids of the whole.  Reading and
+writing files is left to ``formats``.
 
 The public surface: ``encode``, ``encode_bytes``, ``encode_iterable`` and ``encode_stream``
 (one document as text, bytes, text chunks or a binary stream), ``decode`` and
 ``decode_bytes``; ``load``, ``from_files`` and ``save``; ``vocab_size``, ``special_tokens``
 and ``token_bytes``.  The private ``_encode_text_bytes``, ``_encode_raw_items_bytes`` (ids as
-native uint32 ``bytes``, what the CLI's workers format) and ``_decode_chunks`` (the bytes of
-batches of ids, what the CLI's decode streams) serve the package's own encode, decode and
-eval.  The examples in the methods' docstrings use the ``tok`` built in the class docstring
-(``tests/test_doctests.py`` runs that one first).
+native uint32 ``bytes``, what the CLI's workers format), ``_native_ids`` (the native path's
+ids of UTF-8 bytes, formatted) and ``_decode_chunks`` (the bytes of batches of ids, what the
+CLI's decode streams) serve the package's own encode, decode and eval.  The examples in the
+methods' docstrings use the ``tok`` built in the class docstring (``tests/test_doctests.py``
+runs that one first).
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from .bpe import PAIR_SHIFT, encode_by_rank
 from .native import fastbpe as _fastbpe  # the C encoder (csrc/encoder.c); bpe.encode_by_rank is the reference
 from .pretokenize import Pretokenizer, SpecialSplitter, StreamSplitter, fast_split
 from .reader import CHUNK_BYTES, decode_chunks, from_bytes, to_bytes
+from .scan import NATIVE_PATTERNS
 
 CACHE_ENTRIES = 1 << 17
 COALESCE_CHARS = 1 << 16
@@ -147,11 +152,15 @@ class Tokenizer:
         self._special_bytes = {text: array("I", [sid]).tobytes() for text, sid in self.special_ids.items()}
         self._cache: Dict[str, List[int]] = {}
         self._encoder = None
+        # the C encoder pretokenizes too (encode_text) for the patterns of the native scanner
+        self._native_pattern = self.pretokenizer.name in NATIVE_PATTERNS
         if _fastbpe is not None:
             try:
                 self._encoder = _fastbpe.Encoder(
                     merges=self.merges, byte_ids=list(self.byte_ids),
                     marker=-1 if self.marker_id is None else self.marker_id, cache_limit=CACHE_ENTRIES,
+                    pattern=self.pretokenizer.name if self._native_pattern else None,
+                    specials=[(_utf8(text), sid) for text, sid in self.special_ids.items()],
                 )
             except OverflowError as exc:
                 raise TokenizerError(f"the tokenizer is too large for the encoder ({exc})") from None
@@ -266,12 +275,7 @@ class Tokenizer:
         >>> tok.encode("abc ab<|end|>")
         [256, 99, 32, 256, 258]
         """
-        out = _ids(self._encode_text_bytes(text))  # one list at the end, not one per piece
-        if self.doc_start_id is not None:
-            out.insert(0, self.doc_start_id)
-        if self.doc_end_id is not None:
-            out.append(self.doc_end_id)
-        return out
+        return self._document(self._encode_text_bytes(text))
 
     def encode_bytes(self, data: bytes) -> List[int]:
         """The ids of the bytes ``data`` (one document), as the CLI encodes a file: bytes that
@@ -282,6 +286,8 @@ class Tokenizer:
         >>> tok.decode_bytes([256, 255])
         b'ab\\xff'
         """
+        if self._native():  # the bytes as they are: no text is made
+            return self._document(self._native_ids(data)[0])
         return self.encode(from_bytes(data))
 
     def encode_iterable(self, chunks: Iterable[str]) -> Iterator[int]:
@@ -307,6 +313,16 @@ class Tokenizer:
         return self._encode_chunks(texts)
 
     # -- encoding: what the public surface is made of ---------------------------------
+    def _document(self, ids: bytes) -> List[int]:
+        """A document's ids from those of its text (native uint32 ``bytes``): one list at the
+        end, not one per piece, with the document boundaries."""
+        out = _ids(ids)
+        if self.doc_start_id is not None:
+            out.insert(0, self.doc_start_id)
+        if self.doc_end_id is not None:
+            out.append(self.doc_end_id)
+        return out
+
     def _encode_pretoken(self, piece: str) -> List[int]:
         data = to_bytes(piece)
         symbols = list(data) if self._native_bytes else [self.byte_ids[b] for b in data]
@@ -338,22 +354,60 @@ class Tokenizer:
         except OverflowError as exc:  # a pretoken past the encoder's 32-bit positions
             raise TokenizerError(f"a pretoken is too large for the encoder ({exc})") from None
 
+    # -- the native path: UTF-8 bytes to ids in C -------------------------------------
+    def _native(self) -> bool:
+        """Whether the C encoder pretokenizes too: it is built, for a named pretokenizer."""
+        return self._native_pattern and self._encoder is not None
+
+    def _native_ids(self, data, fmt: str = "ids", specials: bool = True) -> Tuple[bytes, int]:
+        """The ids of the UTF-8 bytes ``data`` (invalid bytes kept, as decoding with
+        ``surrogateescape`` keeps them) in ``fmt`` -- ``ids`` (native uint32), ``u32``,
+        ``u16``, ``txt`` as ``ids_io.format_ids`` writes them -- and how many they are.
+        ``specials``: split on special tokens (False: ``data`` holds none).  Needs :meth:`_native`."""
+        try:
+            return self._encoder.encode_text(data, fmt, specials)
+        except OverflowError as exc:  # a pretoken past the encoder's 32-bit positions
+            raise TokenizerError(f"a pretoken is too large for the encoder ({exc})") from None
+
+    def _native_input(self, text: str) -> Optional[bytes]:
+        """The bytes of ``text`` for :meth:`_native_ids`, or None when they do not decode
+        back to ``text`` -- lone surrogates that are not escaped bytes, or escaped bytes that
+        together are UTF-8 -- and only the str path sees what ``text`` holds."""
+        try:
+            return text.encode("utf-8")
+        except UnicodeEncodeError:
+            pass
+        try:
+            data = to_bytes(text)
+        except UnicodeEncodeError:
+            return None
+        return data if data.decode("utf-8", "surrogateescape") == text else None
+
+    def _text_ids(self, text: str) -> bytes:
+        """The ids of ``text``, which holds no special token, as native-order uint32 ``bytes``."""
+        data = self._native_input(text) if self._native() else None
+        if data is not None:
+            return self._native_ids(data, specials=False)[0]
+        return self._pretoken_ids(self._split(text))
+
     def _encode_raw_items_bytes(self, items) -> bytes:
         """The ids of ``("text", piece)`` / ``("special", token)`` items (``StreamSplitter(raw=True)``
         output), each text piece pretokenized on its own, as native-order uint32 ``bytes``."""
-        split = self._split
         specials = self._special_bytes
         parts = []
         for kind, value in items:
             if kind == "special":
                 parts.append(specials[value])
             else:
-                parts.append(self._pretoken_ids(split(value)))
+                parts.append(self._text_ids(value))
         return b"".join(parts)
 
     def _encode_text_bytes(self, text: str) -> bytes:
         """The ids of ``text`` as native-order uint32 ``bytes``, special tokens recognised,
         without the document boundaries: a safe piece of a document (or a whole one)."""
+        data = self._native_input(text) if self._native() else None
+        if data is not None:
+            return self._native_ids(data)[0]
         split = self._split
         if self.splitter.regex is None:
             return self._pretoken_ids(split(text)) if text else b""

@@ -2,6 +2,7 @@
 #include "encoder.h"
 
 #define EMPTY_KEY 0xFFFFFFFFFFFFFFFFull
+#define SHORT_PRETOKEN 32 /* symbols; longer pretokens are merged with the heap */
 
 typedef struct {
     uint64_t key;
@@ -112,6 +113,35 @@ static inline uint64_t mh_pop(uint64_t *h, size_t *n) {
     return top;
 }
 
+/* A pair's merge packed as (rank << 32) | new id, or NO_MERGE. */
+#define NO_MERGE 0xFFFFFFFFFFFFFFFFull
+
+static inline uint64_t merge_of(const Encoder *e, uint32_t a, uint32_t b) {
+    const RankSlot *r = rank_find(e, ((uint64_t)a << 32) | b);
+    return r ? ((uint64_t)r->rank << 32) | r->id : NO_MERGE;
+}
+
+/* The merges of a short pretoken's symbols sym[0:len) in place; returns how many are left.
+ * The same order as the heap's (the lowest rank, the leftmost among equal ones) found by a
+ * scan of the pairs, which for a few symbols costs less than a heap and its stale entries. */
+static size_t merge_short(const Encoder *e, uint32_t *sym, size_t len) {
+    uint64_t pair[SHORT_PRETOKEN]; /* pair[i]: the merge of sym[i], sym[i + 1] */
+    for (size_t i = 0; i + 1 < len; i++) pair[i] = merge_of(e, sym[i], sym[i + 1]);
+    while (len > 1) {
+        size_t at = 0;
+        for (size_t i = 1; i + 1 < len; i++)
+            if (pair[i] >> 32 < pair[at] >> 32) at = i;
+        if (pair[at] == NO_MERGE) break;
+        sym[at] = (uint32_t)pair[at];
+        for (size_t i = at + 1; i + 1 < len; i++) sym[i] = sym[i + 1]; /* sym[at + 1] merged away */
+        for (size_t i = at + 1; i + 2 < len; i++) pair[i] = pair[i + 1];
+        len--;
+        if (at > 0) pair[at - 1] = merge_of(e, sym[at - 1], sym[at]);
+        if (at + 1 < len) pair[at] = merge_of(e, sym[at], sym[at + 1]);
+    }
+    return len;
+}
+
 int encoder_encode(Encoder *e, const uint8_t *data, size_t n, const uint32_t **ids, size_t *n_ids) {
     size_t len = n + (e->marker >= 0 ? 1 : 0);
     if ((uint64_t)len > bs_limit32) return BS_TOO_LARGE; /* positions are uint32 below BS_NONE */
@@ -120,6 +150,11 @@ int encoder_encode(Encoder *e, const uint8_t *data, size_t n, const uint32_t **i
     uint32_t *sym = e->sym, *nxt = e->nxt, *prv = e->prv;
     for (size_t i = 0; i < n; i++) sym[i] = e->byte_ids[data[i]];
     if (e->marker >= 0) sym[n] = (uint32_t)e->marker;
+    *ids = sym;
+    if (len <= SHORT_PRETOKEN) {
+        *n_ids = merge_short(e, sym, len);
+        return BS_OK;
+    }
     size_t hn = 0;
     for (size_t i = 0; i < len; i++) {
         nxt[i] = i + 1 < len ? (uint32_t)(i + 1) : BS_NONE;
@@ -155,7 +190,6 @@ int encoder_encode(Encoder *e, const uint8_t *data, size_t n, const uint32_t **i
     /* the live symbols to the front, in order (a write never passes the read) */
     size_t m = 0;
     for (size_t i = 0; len && i != BS_NONE; i = nxt[i]) sym[m++] = sym[i];
-    *ids = sym;
     *n_ids = m;
     return BS_OK;
 }

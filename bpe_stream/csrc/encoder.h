@@ -4,7 +4,8 @@
  * The bytes become byte ids, then the adjacent pair of lowest merge rank is merged,
  * leftmost first among equal ranks, until no pair has a rank -- the same as replaying the
  * merges in training order (bpe.encode_by_rank is the reference).  A heap over positions
- * keeps a long pretoken (a CJK clause, a whole document) at O(n log n).
+ * keeps a long pretoken (a CJK clause, a whole document) at O(n log n); a short one (most
+ * of them) is merged by scanning its few pairs.
  *
  * Use: encoder_new with the number of merges, encoder_add_merge for each in rank order,
  * then encoder_encode for each pretoken.  (The cache pretoken -> ids is the caller's.)

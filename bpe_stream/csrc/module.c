@@ -13,6 +13,10 @@
  *   merge_loop.{h,c}  the in-memory merge loop                      -> MergeLoop
  *   pair_index.{h,c}  the disk path's pair index                     -> PairIndex
  *   encoder.{h,c}     rank-ordered BPE of one pretoken               -> Encoder
+ *   textencoder.{h,c} UTF-8 bytes to ids: special tokens (specials.{h,c}), the scanner,
+ *                     a bounded pretoken cache (idcache.{h,c}), the encoder
+ *                                                                    -> Encoder.encode_text()
+ *   idformat.{h,c}    ids as txt, u16, u32 bytes                     -> Encoder.encode_text()
  *   scan.{h,c}        the named pretokenizers over UTF-8 bytes       -> scan()
  *                     (character classes in unicode_tables.h, generated from regex)
  *   counttable.{h,c}  pretoken bytes -> 64-bit counts, scan + count   -> CountTable
@@ -24,12 +28,14 @@
 
 #include "common.h"
 #include "encoder.h"
+#include "idformat.h"
 #include "layout.h"
 #include "merge_loop.h"
 #include "pair_index.h"
 #include "counttable.h"
 #include "scan.h"
 #include "storecheck.h"
+#include "textencoder.h"
 
 /* NULL, with the exception of an algorithm's status set. */
 static PyObject *raise_status(int status) {
@@ -486,22 +492,52 @@ typedef struct {
     Encoder *enc;
     PyObject *cache; /* dict: str -> bytes (uint32 ids) */
     Py_ssize_t cache_limit;
+    bs_text_encoder *text; /* encode_text's, over enc; NULL without a pattern */
 } EncoderObject;
 
 static void Encoder_dealloc(EncoderObject *self) {
+    bs_te_free(self->text);
     encoder_free(self->enc);
     Py_XDECREF(self->cache);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
+/* Makes self->text for the named pattern, with the special tokens: a list of (bytes, id). */
+static int make_text_encoder(EncoderObject *self, const char *pattern_name, PyObject *specials) {
+    int pattern = bs_scan_pattern_by_name(pattern_name), rc;
+    if (pattern == BS_SCAN_EPATTERN) {
+        PyErr_Format(PyExc_ValueError, "no native scanner for the pretokenizer '%s'", pattern_name);
+        return -1;
+    }
+    uint32_t entries = self->cache_limit > (Py_ssize_t)UINT32_MAX ? UINT32_MAX : (uint32_t)self->cache_limit;
+    if (!(self->text = bs_te_new(self->enc, pattern, entries, &rc))) { raise_status(rc); return -1; }
+    for (Py_ssize_t k = 0; specials && k < PyList_GET_SIZE(specials); k++) {
+        const char *token;
+        Py_ssize_t len;
+        unsigned long long id;
+        if (!PyArg_ParseTuple(PyList_GET_ITEM(specials, k), "y#K;specials are (bytes, id) pairs", &token, &len, &id))
+            return -1;
+        if ((rc = bs_te_add_special(self->text, (const uint8_t *)token, (size_t)len, token_id(id)))) {
+            raise_status(rc);
+            return -1;
+        }
+    }
+    return 0;
+}
+
 static int Encoder_init(EncoderObject *self, PyObject *args, PyObject *kwds) {
-    static char *kwlist[] = {"merges", "byte_ids", "marker", "cache_limit", NULL};
-    PyObject *merges, *byte_ids;
+    static char *kwlist[] = {"merges", "byte_ids", "marker", "cache_limit", "pattern", "specials", NULL};
+    PyObject *merges, *byte_ids, *specials = NULL;
     long long marker;
     Py_ssize_t cache_limit;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!O!Ln", kwlist, &PyList_Type, &merges, &PyList_Type, &byte_ids,
-                                     &marker, &cache_limit))
+    const char *pattern = NULL;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!O!Ln|zO!", kwlist, &PyList_Type, &merges, &PyList_Type, &byte_ids,
+                                     &marker, &cache_limit, &pattern, &PyList_Type, &specials))
         return -1;
+    if (cache_limit < 0) {
+        PyErr_SetString(PyExc_ValueError, "cache_limit must be at least 0");
+        return -1;
+    }
     if (PyList_GET_SIZE(byte_ids) != 256) {
         PyErr_SetString(PyExc_ValueError, "byte_ids must have 256 entries");
         return -1;
@@ -513,6 +549,8 @@ static int Encoder_init(EncoderObject *self, PyObject *args, PyObject *kwds) {
         ids[b] = token_id(v);
     }
     int rc;
+    bs_te_free(self->text);
+    self->text = NULL;
     encoder_free(self->enc);
     self->enc = encoder_new(ids, marker < 0 ? -1 : marker, (uint64_t)PyList_GET_SIZE(merges), &rc);
     if (!self->enc) { raise_status(rc); return -1; }
@@ -523,7 +561,8 @@ static int Encoder_init(EncoderObject *self, PyObject *args, PyObject *kwds) {
     }
     self->cache_limit = cache_limit;
     Py_XSETREF(self->cache, PyDict_New());
-    return self->cache ? 0 : -1;
+    if (!self->cache) return -1;
+    return pattern ? make_text_encoder(self, pattern, specials) : 0;
 }
 
 /* The ids of one pretoken as bytes (uint32, host order), new reference.  Its bytes are
@@ -582,8 +621,70 @@ fail:
     return NULL;
 }
 
+PyDoc_STRVAR(encode_text_doc,
+             "encode_text(data, fmt='ids', specials=True) -> (bytes, n_ids)\n\n"
+             "The ids of the UTF-8 bytes ``data`` (bytes-like; bytes that are not UTF-8 are kept) in\n"
+             "``fmt`` -- 'ids' (host-order uint32), 'u32' or 'u16' (little-endian), 'txt' (decimal,\n"
+             "single spaces) -- and how many ids they are: split on the special tokens (unless\n"
+             "``specials`` is false: the data holds none), pretokenized with the encoder's pattern,\n"
+             "each pretoken's ids from the native cache or the merges.");
+
+static PyObject *Encoder_encode_text(EncoderObject *self, PyObject *args, PyObject *kwds) {
+    static char *kwlist[] = {"data", "fmt", "specials", NULL};
+    Py_buffer buf;
+    const char *fmt_name = "ids";
+    int split_specials = 1;
+    if (!self->text) {
+        PyErr_SetString(PyExc_RuntimeError, "the Encoder was made without a pattern: it has no encode_text");
+        return NULL;
+    }
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "y*|sp:encode_text", kwlist, &buf, &fmt_name, &split_specials))
+        return NULL;
+    PyObject *out = NULL;
+    int fmt = bs_format_by_name(fmt_name);
+    const uint32_t *ids;
+    size_t n_ids, size;
+    if (fmt < 0) {
+        PyErr_Format(PyExc_ValueError, "unknown ids format '%s'", fmt_name);
+        goto done;
+    }
+    int rc = bs_te_encode(self->text, (const uint8_t *)buf.buf, (size_t)buf.len, split_specials, &ids, &n_ids);
+    if (rc) {
+        raise_status(rc);
+        goto done;
+    }
+    /* an id that u16 cannot hold: ValueError (OverflowError says the encoder's limits were passed) */
+    if ((rc = bs_format_size(ids, n_ids, fmt, &size))) {
+        PyErr_SetString(PyExc_ValueError, rc == BS_TOO_LARGE ? "an id above 65535 cannot be written as u16"
+                                                             : bs_status_text(rc));
+        goto done;
+    }
+    if (size > PY_SSIZE_T_MAX) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    PyObject *data = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)size);
+    if (!data) goto done;
+    bs_format(ids, n_ids, fmt, (uint8_t *)PyBytes_AS_STRING(data));
+    out = Py_BuildValue("(Nn)", data, (Py_ssize_t)n_ids);
+done:
+    bs_te_trim(self->text);
+    PyBuffer_Release(&buf);
+    return out;
+}
+
+static PyObject *Encoder_text_cached(EncoderObject *self, void *unused) {
+    return PyLong_FromSize_t(self->text ? bs_te_cached(self->text) : 0);
+}
+
+static PyGetSetDef Encoder_getset[] = {
+    {"text_cached", (getter)Encoder_text_cached, NULL, "The pretokens encode_text has cached now.", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
 static PyMethodDef Encoder_methods[] = {
     {"encode", (PyCFunction)(void (*)(void))Encoder_encode, KW, "encode(pieces) -> bytes of uint32 ids (host order)."},
+    {"encode_text", (PyCFunction)(void (*)(void))Encoder_encode_text, KW, encode_text_doc},
     {NULL, NULL, 0, NULL},
 };
 
@@ -592,11 +693,14 @@ static PyTypeObject EncoderType = {
     .tp_name = "bpe_stream._fastbpe.Encoder",
     .tp_basicsize = sizeof(EncoderObject),
     .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "Encoder(merges, byte_ids, marker, cache_limit): pretokens to ids by merge rank.",
+    .tp_doc = "Encoder(merges, byte_ids, marker, cache_limit, pattern=None, specials=None): pretokens to ids\n"
+              "by merge rank (encode), and with a named pattern and the special tokens as (bytes, id)\n"
+              "pairs, UTF-8 bytes to ids (encode_text).  cache_limit: the pretokens each cache holds.",
     .tp_new = PyType_GenericNew,
     .tp_init = (initproc)Encoder_init,
     .tp_dealloc = (destructor)Encoder_dealloc,
     .tp_methods = Encoder_methods,
+    .tp_getset = Encoder_getset,
 };
 
 /* -- the module ------------------------------------------------------------------------------ */
@@ -653,6 +757,21 @@ done:
     Py_XDECREF(list);
     PyBuffer_Release(&buf);
     return result;
+}
+
+PyDoc_STRVAR(first_invalid_utf8_doc,
+             "first_invalid_utf8(data) -> int\n\n"
+             "The offset of the first byte of the bytes-like ``data`` that is not part of well-formed\n"
+             "UTF-8 (the start of ``data.decode('utf-8')``'s error), or -1 when it is all UTF-8.");
+
+static PyObject *py_first_invalid_utf8(PyObject *self, PyObject *args, PyObject *kwargs) {
+    static char *keywords[] = {"data", NULL};
+    Py_buffer buf;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "y*:first_invalid_utf8", keywords, &buf)) return NULL;
+    size_t at = bs_utf8_first_invalid((const uint8_t *)buf.buf, (size_t)buf.len);
+    Py_ssize_t len = buf.len;
+    PyBuffer_Release(&buf);
+    return PyLong_FromSsize_t(at == (size_t)len ? -1 : (Py_ssize_t)at);
 }
 
 /* -- CountTable ---------------------------------------------------------------------- */
@@ -850,6 +969,7 @@ static PyMethodDef methods[] = {
     {"scan", (PyCFunction)(void (*)(void))py_scan, KW, scan_doc},
     {"store_check", (PyCFunction)(void (*)(void))store_check, KW,
      "store_check(buffer, txnid) -> 0 (consistent) or 1 (snapshot gone: retry); ValueError names the damage."},
+    {"first_invalid_utf8", (PyCFunction)(void (*)(void))py_first_invalid_utf8, KW, first_invalid_utf8_doc},
     {"_set_limit32", (PyCFunction)(void (*)(void))set_limit32, KW,
      "_set_limit32(limit) -> previous: the most items of an array counted in 32 bits (tests only)."},
     {NULL, NULL, 0, NULL},

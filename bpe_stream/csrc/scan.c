@@ -301,6 +301,26 @@ ptrdiff_t bs_scan(int pattern, const uint8_t *data, size_t len, size_t *pos, bs_
     return (ptrdiff_t)k;
 }
 
+size_t bs_utf8_first_invalid(const uint8_t *data, size_t len) {
+    size_t i = 0;
+    while (i < len) {
+        uint64_t word;
+        if (len - i >= 8 && (memcpy(&word, data + i, 8), !(word & 0x8080808080808080ull))) {
+            i += 8; /* eight ASCII bytes */
+            continue;
+        }
+        if (data[i] < 0x80) {
+            i++;
+            continue;
+        }
+        uint32_t n;
+        decode_multibyte(data, len, i, &n);
+        if (n == 1) return i; /* a non-ASCII byte alone: not part of a well-formed sequence */
+        i += n;
+    }
+    return len;
+}
+
 static const char *const PATTERN_NAMES[BS_SCAN_N_PATTERNS] = {"gpt2", "cl100k", "o200k", "whitespace", "words", "none"};
 
 int bs_scan_pattern_by_name(const char *name) {

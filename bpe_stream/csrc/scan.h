@@ -45,6 +45,10 @@ const char *bs_scan_pattern_name(int pattern);
  */
 ptrdiff_t bs_scan(int pattern, const uint8_t *data, size_t len, size_t *pos, bs_span *out, size_t cap);
 
+/* The offset of the first byte of data[0:len) that is not part of well-formed UTF-8 --
+ * where data.decode("utf-8") fails (its UnicodeDecodeError's start) -- or len. */
+size_t bs_utf8_first_invalid(const uint8_t *data, size_t len);
+
 /* The regex release and the Unicode version the character tables were generated from. */
 const char *bs_scan_regex_version(void);
 const char *bs_scan_unicode_version(void);
