@@ -19,10 +19,10 @@ import random
 from array import array
 
 import pytest
-from conftest import tiktoken_pattern
-from hypothesis import given, settings
+from conftest import fewer_examples, tiktoken_pattern
+from hypothesis import given
 from hypothesis import strategies as st
-from scanner_inputs import SETTINGS, corpus_slices, fragment
+from scanner_inputs import corpus_slices, fragment
 from test_encode_stream import train, written
 from test_engines import random_tokenizer
 
@@ -91,7 +91,6 @@ def native_list(tok: Tokenizer, data: bytes) -> list:
 
 
 # -- the same ids as the Python path -------------------------------------------------------------
-@settings(max_examples=300, **SETTINGS)
 @given(data=text_bytes, name=st.sampled_from(["gpt2", "cl100k", "o200k", "whitespace", "words", "none",
                                               "gpt2-plain", "whitespace-eow", "words-eow", "o200k-doc"]))
 def test_any_bytes_give_the_ids_of_the_python_path(toks, twins, data, name):
@@ -106,7 +105,6 @@ def test_any_bytes_give_the_ids_of_the_python_path(toks, twins, data, name):
     assert native_list(tok, data) == body
 
 
-@settings(max_examples=150, **SETTINGS)
 @given(text=st.text(alphabet="aabbc é", max_size=90), seed=st.integers(0, 10**6), eow=st.sampled_from([None, "</w>"]))
 def test_short_and_long_pretokens_merge_as_the_reference(text, seed, eow):
     """One pretoken (``none``; ``whitespace`` with a marker) of up to 90 symbols: the short
@@ -178,7 +176,7 @@ def pools(toks):
         enc.close()
 
 
-@settings(max_examples=120, **SETTINGS)
+@fewer_examples(120)
 @given(data=text_bytes, name=st.sampled_from(["gpt2", "cl100k", "words-eow", "o200k-doc"]),
        fmt=st.sampled_from(["txt", "u16", "u32"]), chunk_bytes=st.integers(1, 50), piece=st.integers(1, 80))
 def test_pieces_cut_at_safe_points_and_any_workers_give_the_whole(toks, twins, pools, data, name, fmt, chunk_bytes,
@@ -191,7 +189,7 @@ def test_pieces_cut_at_safe_points_and_any_workers_give_the_whole(toks, twins, p
 
 
 # -- formats ---------------------------------------------------------------------------------
-@settings(max_examples=100, **SETTINGS)
+@fewer_examples(100)
 @given(data=text_bytes)
 def test_every_format_is_what_ids_io_writes(toks, data):
     tok = toks["gpt2"]
@@ -223,7 +221,6 @@ def decode_fails_at(data: bytes) -> int:
     return -1
 
 
-@settings(max_examples=400, **SETTINGS)
 @given(data=text_bytes)
 def test_first_invalid_utf8_is_where_decode_fails(data):
     assert scan.first_invalid_utf8(data) == decode_fails_at(data)
@@ -236,7 +233,7 @@ def test_first_invalid_utf8_without_the_extension(monkeypatch):
     assert scan.first_invalid_utf8(memoryview(b"fine")) == -1
 
 
-@settings(max_examples=60, **SETTINGS)
+@fewer_examples(60)
 @given(data=text_bytes, piece=st.integers(1, 40), workers=st.sampled_from([1, 2]))
 def test_strict_utf8_names_the_offset_decode_names(pools, data, piece, workers):
     bad = decode_fails_at(data)
