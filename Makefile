@@ -61,8 +61,8 @@ stress: install
 	$(PY) benchmarks/stress.py --minutes 5
 
 lint: install
-	$(PY) -m pip install -q ruff
-	$(VENV)/bin/ruff check bpe_stream tests benchmarks
+	$(PY) -m pip install -q ruff==0.17.6
+	$(VENV)/bin/ruff check bpe_stream tests benchmarks tools
 
 clean:
 	rm -rf $(VENV) $(RUN_DIR) build *.egg-info .pytest_cache .hypothesis

@@ -41,8 +41,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
 sys.path.insert(0, str(REPO))
 
-import reliability_helpers as H
-from reliability_helpers import EOT, Cmd
+import reliability_helpers as H  # noqa: E402 - from tests/, put on the path above
+from reliability_helpers import EOT, Cmd  # noqa: E402
 
 SCENARIOS = ("count-kill", "stdin-kill", "train-kill", "two-counts", "new-store-race", "create-kill")
 
@@ -119,7 +119,7 @@ class Stress:
                   *self.files, knobs=knobs)
         kills = self.rng.randint(3, 6)
         states = []
-        for i in range(kills):
+        for _i in range(kills):
             done = max(0, H.committed(store))
             if done >= self.total:
                 break

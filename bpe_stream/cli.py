@@ -106,7 +106,7 @@ def _interrupted(store, before: dict, sources):
                "; run the same command again to resume each file where it stopped"),
             err=True,
         )
-        raise typer.Exit(130)
+        raise typer.Exit(130) from None
 
 
 def parse_size(text: str) -> int:

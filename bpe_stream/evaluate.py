@@ -69,7 +69,7 @@ def evaluate_one(tok: Tokenizer, sources: Sequence[Source], chunk_bytes: int = C
             tee = _Tee(stream)
             encoded = tok.encode_stream(tee, chunk_bytes)
 
-            def timed_batches():
+            def timed_batches(encoded=encoded):
                 nonlocal seconds, n_tokens
                 while True:
                     started = time.perf_counter()

@@ -206,7 +206,7 @@ class Pretokenizer:
         return 0
 
 
-def _compile(pattern: str, _cache: dict = {}):
+def _compile(pattern: str, _cache: dict = {}):  # noqa: B006 - the dict is the cache, on purpose
     compiled = _cache.get(pattern)
     if compiled is None:
         compiled = _cache[pattern] = regex.compile(pattern)

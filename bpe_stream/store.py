@@ -44,6 +44,8 @@ from typing import Iterator, Optional, Tuple
 import lmdb
 import msgpack
 
+from .native import fastbpe as _native  # None without a C compiler: stores are then opened unchecked
+
 FORMAT_VERSION = 1
 MAGIC = "bpe-stream store"
 _DBS = (b"meta", b"words", b"longwords", b"sources", b"train")
@@ -278,8 +280,6 @@ def _u64(value: int) -> bytes:
         raise StoreError(f"a count would pass 2**63-1 ({value:,}); the store keeps 64-bit counts")
     return value.to_bytes(8, "little")
 
-
-from .native import fastbpe as _native  # None without a C compiler: stores are then opened unchecked
 
 # What LMDB raises for a file whose structure it cannot follow.
 _DAMAGE = (lmdb.CorruptedError, lmdb.PageNotFoundError, lmdb.InvalidError, lmdb.BadValsizeError,
@@ -660,7 +660,7 @@ class Store:
 
         while not self.write(stage):
             self.apply_staged()
-        del keys
+        keys = None  # the sorted keys are not needed while the staged chunks are applied
         return self.apply_staged()
 
     def has_staged_batch(self) -> bool:

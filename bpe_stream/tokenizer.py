@@ -126,13 +126,13 @@ class Tokenizer:
         self._ranks: Optional[Dict[int, Tuple[int, int]]] = None  # built on first use (``ranks``)
         marker_ends = set([self.marker_id]) if self.marker_id is not None else set()
         if marker_ends:
-            for left, right, new in self.merges:
+            for _left, right, new in self.merges:
                 if right in marker_ends:
                     marker_ends.add(new)
         # What each id decodes to: special tokens as their text, boundaries as nothing,
         # the word-end marker (alone or ending a merged token) as one space.
         out = dict(vocab)
-        for sid, role, text in self.symbols:
+        for sid, role, _text in self.symbols:
             if role in ("doc_start", "doc_end"):
                 out[sid] = b""
         if self.marker_id is not None:

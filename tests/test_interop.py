@@ -307,7 +307,7 @@ def test_hf_trained_tokenizer_loads_and_encodes_like_tokenizers(hf_trained, text
     assert tok.encode(text) == hf.encode(text).ids
 
 
-def _load_cached(path, _cache={}):
+def _load_cached(path, _cache={}):  # noqa: B006 - the dict is the cache, on purpose
     if path not in _cache:
         _cache[path] = load_any(path)
     return _cache[path]

@@ -400,7 +400,7 @@ def test_staged_batches_equal_whole_ones_even_when_cut_off(tmp_path, monkeypatch
     for i, counts in enumerate(batches):
         applied = {"n": 0}
 
-        def dying_apply(self, txn):
+        def dying_apply(self, txn, applied=applied):
             applied["n"] += 1
             if applied["n"] > stop_after:
                 raise KeyboardInterrupt("killed")

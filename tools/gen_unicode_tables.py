@@ -95,12 +95,12 @@ def _check(sets: dict, masks: array, text: str) -> None:
     L, N, S = sets["BS_L"], sets["BS_N"], sets["BS_S"]
     cr_lf = {0x0D, 0x0A}
     for cp in range(N_CODE_POINTS):
-        l, n, s = L[cp], N[cp], S[cp]
-        if l + n + s > 1:
+        le, n, s = L[cp], N[cp], S[cp]
+        if le + n + s > 1:
             raise SystemExit(f"U+{cp:04X} is in two of \\p{{L}}, \\p{{N}}, \\s")
-        if sets["BS_OTHER"][cp] != (l + n + s == 0):
+        if sets["BS_OTHER"][cp] != (le + n + s == 0):
             raise SystemExit(f"U+{cp:04X}: [^\\s\\p{{L}}\\p{{N}}] is not the complement")
-        if sets["BS_PFX"][cp] != (l + n == 0 and cp not in cr_lf):
+        if sets["BS_PFX"][cp] != (le + n == 0 and cp not in cr_lf):
             raise SystemExit(f"U+{cp:04X}: [^\\r\\n\\p{{L}}\\p{{N}}] is not the complement")
         if sets["BS_CRLF"][cp] and not s:
             raise SystemExit(f"U+{cp:04X}: CR/LF is not \\s")

@@ -80,8 +80,8 @@ def _load_any(path) -> Tokenizer:
             return load_tiktoken(path, data=data)
         head = data[:200].lstrip()
         if head.startswith(b"#version") or path.endswith("merges.txt"):
-            raise TokenizerError(f"{path} looks like a GPT-2 merges.txt; give the directory holding it and vocab.json")
-        raise TokenizerError(f"{path} is not a tokenizer file bpe-stream can read (not JSON, or truncated)")
+            raise TokenizerError(f"{path} looks like a GPT-2 merges.txt; give the directory holding it and vocab.json") from None
+        raise TokenizerError(f"{path} is not a tokenizer file bpe-stream can read (not JSON, or truncated)") from None
     if is_native(doc):
         return from_document(doc)
     if is_hf(doc):
@@ -124,7 +124,7 @@ def truncate(tok: Tokenizer, vocab_size: int) -> Tokenizer:
     want = vocab_size - len(base)
     kept = set()
     end = 0
-    for end, (_, _, new) in enumerate(tok.merges):
+    for end, (_, _, new) in enumerate(tok.merges):  # noqa: B007 - `end` is read after the loop
         if new not in kept:
             if len(kept) == want:
                 break

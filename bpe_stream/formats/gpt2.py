@@ -94,7 +94,7 @@ def save_gpt2(tok: Tokenizer, directory) -> List[str]:
                 f"token {tid} ({data!r}) is made by no merge; readers of vocab.json would take it for a special "
                 "token, so export with --format hf"
             )
-    for sid, _, text in tok.symbols:
+    for _sid, _, text in tok.symbols:
         if len(text.encode("utf-8")) < 2:
             raise TokenizerError(
                 f"the special token {text!r} is a single byte; readers of vocab.json would take it for a byte token, "
