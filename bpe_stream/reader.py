@@ -15,7 +15,7 @@ import os
 import stat
 import sys
 from dataclasses import dataclass
-from typing import BinaryIO, Iterator, Optional, Tuple
+from typing import BinaryIO, Iterator, Tuple
 
 CHUNK_BYTES = 1 << 20
 STDIN = "-"
@@ -122,20 +122,3 @@ def decode_chunks(
         yield text, done, len(decoder.getstate()[0]), final
         if final:
             return
-
-
-def iter_text(path_or_stream, chunk_bytes: int = CHUNK_BYTES) -> Iterator[str]:
-    """Text chunks of a path or binary stream (for encoding and tests)."""
-    if isinstance(path_or_stream, (str, os.PathLike)):
-        with open(path_or_stream, "rb") as f:
-            for text, _, _, _ in decode_chunks(f, chunk_bytes):
-                if text:
-                    yield text
-    else:
-        for text, _, _, _ in decode_chunks(path_or_stream, chunk_bytes):
-            if text:
-                yield text
-
-
-def describe(source: Optional[Source]) -> str:
-    return "stdin" if source is None or source.is_stdin else source.name
