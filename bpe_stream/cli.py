@@ -1,7 +1,7 @@
 """The ``bpe-stream`` command line (typer): parse, call the library, report.
 
-Data goes to stdout; progress (tqdm, silent when stderr is not a terminal or with
-``--quiet``), summaries and errors go to stderr.  Every error a user can fix becomes one
+Data goes to stdout; progress (:mod:`bpe_stream.progress`: a bar on a terminal, log lines
+when stderr is a file, nothing with ``--quiet``), summaries and errors go to stderr.  Every error a user can fix becomes one
 ``Error: ...`` line and exit status 1; bad usage is typer's exit status 2.
 """
 
@@ -12,6 +12,7 @@ import json
 import math
 import os
 import sys
+import time
 from contextlib import contextmanager
 from typing import List, Optional
 
@@ -25,6 +26,7 @@ from .formats import load_any
 from .formats.native import rules_digest
 from .ids_io import FORMATS, check_format, read_ids
 from .pretokenize import PretokenizeError
+from .progress import STYLES, CountingReader, make_progress, summary_line
 from .reader import STDIN, InputError, Source
 from .store import Store, StoreError
 from .tokenizer import TokenizerError
@@ -48,6 +50,17 @@ except ImportError:  # pragma: no cover
 
 StoreOpt = typer.Option(None, "--store", help="Store directory \\[default: $BPE_STREAM_STORE or ./bpe-store].")
 QuietOpt = typer.Option(False, "--quiet", "-q", help="No progress bar or summary on stderr.")
+EveryOpt = typer.Option(
+    None, "--progress-every", min=0.0,
+    help="When stderr is not a terminal: a progress line every S seconds, and one at the end (0: none) \\[default: 60].",
+)
+def _check_style(value: str) -> str:
+    if value not in STYLES:  # refused before any work (a store created, a file read)
+        raise typer.BadParameter(f"must be one of {', '.join(STYLES)}, not {value!r}")
+    return value
+
+
+ProgressOpt = typer.Option("text", "--progress", callback=_check_style, help="text (a bar on a terminal, else plain lines) or json (one JSON object per line).")
 TokOpt = typer.Option(..., "--tokenizer", "-t", help="Tokenizer file (or GPT-2 vocab.json+merges.txt directory).")
 
 
@@ -130,36 +143,11 @@ def store_path(store: Optional[str]) -> str:
     return store or os.environ.get("BPE_STREAM_STORE") or "bpe-store"
 
 
-def progress_bar(quiet: bool, **kwargs):
-    """A tqdm bar on stderr when it is a terminal and not ``--quiet``; otherwise a stand-in
-    that does nothing (importing tqdm costs ~4 MB of RSS for a bar nobody sees)."""
-    if quiet or not sys.stderr.isatty():
-        return _NoBar(kwargs.get("total"))
-    from tqdm import tqdm
-
-    return tqdm(file=sys.stderr, dynamic_ncols=True, **kwargs)
-
-
-class _NoBar:
-    """What the commands use of a tqdm bar, silent."""
-
-    def __init__(self, total=None):
-        self.total = total
-
-    def update(self, n=1) -> None:
-        pass
-
-    def set_postfix(self, *args, **kwargs) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc) -> None:
-        pass
+def progress_bar(quiet: bool, desc: str = "", unit: str = "bytes", total=None, *, every=None, style: str = "text",
+                 unit_scale: bool = False):
+    """The progress of a command on stderr (:func:`bpe_stream.progress.make_progress`): a bar
+    on a terminal, log lines in a file, nothing with ``--quiet``."""
+    return make_progress(quiet, desc, unit, total, every=every, style=style, unit_scale=unit_scale)
 
 
 def say(quiet: bool, message: str) -> None:
@@ -199,6 +187,8 @@ def count(
     recount: bool = typer.Option(False, "--recount", help="Count files again even if already counted."),
     strict_utf8: bool = typer.Option(False, "--strict-utf8", help="Stop at invalid UTF-8 instead of keeping it."),
     quiet: bool = QuietOpt,
+    progress_every: Optional[float] = EveryOpt,
+    progress: str = ProgressOpt,
 ):
     """Stream text into the word-frequency store; runs add up."""
     budget = parse_size(max_memory) if max_memory else default_budget()
@@ -211,11 +201,13 @@ def count(
             before = st.totals()
             n_workers = workers or default_workers()
             runner = make_runner(engine, n_workers, scheduler) if engine != "local" or scheduler else None
-            with progress_bar(quiet, unit="B", unit_scale=True, desc="count") as bar, _interrupted(st, before, sources):
+            # The bar closes (cleared) before the interrupted line is said.
+            bar = progress_bar(quiet, "count", "bytes", every=progress_every, style=progress, unit_scale=True)
+            with _interrupted(st, before, sources), bar:
                 summary = count_sources(
                     st, sources, settings, workers=n_workers, runner=runner, max_memory=budget,
                     recount=recount, strict_utf8=strict_utf8,
-                    on_bytes=bar.update, on_message=lambda m: say(quiet, m),
+                    on_bytes=bar.update, on_message=bar.write, on_total=bar.set_total,
                 )
             say(quiet, summary.line())
 
@@ -241,6 +233,8 @@ def train(
     checkpoint_every: int = typer.Option(1000, "--checkpoint-every", min=1, help="Checkpoint every N merges."),
     checkpoint_seconds: float = typer.Option(30.0, "--checkpoint-seconds", min=0.0, help="... or every T seconds."),
     quiet: bool = QuietOpt,
+    progress_every: Optional[float] = EveryOpt,
+    progress: str = ProgressOpt,
 ):
     """Learn the merges from the store and write a tokenizer."""
     from .pipeline import train_from_store
@@ -255,22 +249,19 @@ def train(
         )
         base = load_any(from_tokenizer) if from_tokenizer else None
         with Store.open_for_update(store_path(store)) as st:  # read-only: no checkpoints
-            bar = progress_bar(quiet, unit="merge", desc="train")
+            bar = progress_bar(quiet, "train", "merges", every=progress_every, style=progress)
 
             def on_progress(batch, done, limit):
-                if bar.total != limit:
-                    bar.total = limit
+                bar.set_total(limit)
                 bar.update(len(batch))
                 bar.set_postfix(count=batch[-1][2], refresh=False)
 
-            try:
+            with bar:  # messages go through the bar: none is glued to its first frame
                 tok, result = train_from_store(
                     st, config, on_progress, max_memory=budget, path=path, resume=resume, from_tokenizer=base,
                     checkpoint_every=checkpoint_every, checkpoint_seconds=checkpoint_seconds,
-                    on_message=lambda m: say(quiet, m),
+                    on_message=bar.write,
                 )
-            finally:
-                bar.close()
         if output == "-":
             from .formats import dump_tokenizer
 
@@ -296,6 +287,11 @@ def _check_output_arg(output: Optional[str]) -> None:
         stdout_binary()
     else:
         check_output(output)
+
+
+def _total_size(sources: List[Source]) -> Optional[int]:
+    """The bytes of all the inputs, None with stdin or a pipe (no size to know)."""
+    return None if any(s.is_stdin for s in sources) else sum(s.size for s in sources)
 
 
 def _shown(output: Optional[str]) -> str:
@@ -325,6 +321,9 @@ def encode(
     output: Optional[str] = typer.Option(None, "--output", "-o", help="Write here (atomically) instead of stdout."),
     strict_utf8: bool = typer.Option(False, "--strict-utf8", help="Stop at invalid UTF-8 instead of keeping it."),
     workers: int = typer.Option(1, "--workers", "-w", min=1, help="Processes; the output is the same for any number."),
+    quiet: bool = QuietOpt,
+    progress_every: Optional[float] = EveryOpt,
+    progress: str = ProgressOpt,
 ):
     """Text to token ids, streaming."""
     from .encoding import ParallelEncoder
@@ -336,10 +335,14 @@ def encode(
         tok = load_any(tokenizer)
         sources = [Source.from_arg(p) for p in _inputs(paths)]
         check_format(fmt, max(tok.vocab) if tok.vocab else 0)
-        with ParallelEncoder(tok, workers) as encoder, _open_output(output) as out:
+        started, tokens = time.monotonic(), 0
+        bar = progress_bar(quiet, "encode", "bytes", _total_size(sources), every=progress_every, style=progress,
+                           unit_scale=True)
+        with ParallelEncoder(tok, workers) as encoder, _open_output(output) as out, bar:
             for source in sources:
                 with source.reading() as stream:
-                    encoder.write(out, stream, fmt, strict=strict_utf8)
+                    tokens += encoder.write(out, CountingReader(stream, bar.update), fmt, strict=strict_utf8)
+        say(quiet, summary_line("encoded", bar.done, len(sources), tokens, time.monotonic() - started))
 
 
 @app.command()
@@ -348,6 +351,9 @@ def decode(
     tokenizer: str = TokOpt,
     fmt: str = FormatOpt,
     output: Optional[str] = typer.Option(None, "--output", "-o", help="Write here (atomically) instead of stdout."),
+    quiet: bool = QuietOpt,
+    progress_every: Optional[float] = EveryOpt,
+    progress: str = ProgressOpt,
 ):
     """Token ids back to the exact bytes."""
     with user_errors():
@@ -356,11 +362,24 @@ def decode(
         _check_output_arg(output)
         tok = load_any(tokenizer)
         sources = [Source.from_arg(p) for p in _inputs(paths)]
-        with _open_output(output) as out:
+        started, tokens, written = time.monotonic(), 0, 0
+
+        def counted(batches):
+            nonlocal tokens
+            for ids in batches:
+                tokens += len(ids)
+                yield ids
+
+        # The bar runs over the bytes of ids read (known before); the summary gives the bytes written.
+        bar = progress_bar(quiet, "decode", "bytes", _total_size(sources), every=progress_every, style=progress,
+                           unit_scale=True)
+        with _open_output(output) as out, bar:
             for source in sources:
                 with source.reading() as stream:
-                    for data in tok._decode_chunks(read_ids(stream, fmt)):
+                    for data in tok._decode_chunks(counted(read_ids(CountingReader(stream, bar.update), fmt))):
                         out.write(data)
+                        written += len(data)
+        say(quiet, summary_line("decoded", written, len(sources), tokens, time.monotonic() - started, tokens_first=True))
 
 
 # -- info / stats ------------------------------------------------------------------

@@ -528,8 +528,12 @@ def count_sources(
     range_bytes: int = RANGE_BYTES,
     on_bytes: Callable[[int], None] = lambda n: None,
     on_message: Callable[[str], None] = lambda m: None,
+    on_total: Callable[[Optional[int]], None] = lambda total: None,
 ) -> CountSummary:
-    """Counts ``sources`` into ``store`` (whose settings must equal ``settings``).  What is
+    """Counts ``sources`` into ``store`` (whose settings must equal ``settings``).  Progress:
+    ``on_total`` gets the bytes there are to count once the files are planned (skipped files
+    and what was counted before left out; again if a plan changes; never with stdin, whose
+    size is not known), ``on_bytes`` the bytes of each part counted.  What is
     done with a file the store has seen before (skip, resume, count on after it grew, refuse)
     and the claims that keep two counts from counting one file: :mod:`bpe_stream.sources`."""
     store.check_settings(settings)  # recorded with the first batch: a failed first run leaves none
@@ -539,6 +543,10 @@ def count_sources(
     flush_at = flush_threshold(max_memory, workers if runner is None else getattr(runner, "workers", workers))
     plans = plan_files(store, sources, settings, recount)  # every file decided before any is counted
     plan_of = {id(p.source): p for p in plans}
+    stdin = any(s.is_stdin for s in sources)
+    to_count = sum(_bytes_to_count(p) for p in plans)
+    if not stdin:
+        on_total(to_count)
     claims = Claims(store.path)
     finished: List[Source] = []  # claimed until the batch with their last counts is committed
 
@@ -590,7 +598,11 @@ def count_sources(
                 for meta, partial in _count_stdin(source, settings, runner, strict_utf8, chunk_bytes, range_bytes):
                     take(meta, partial)
                 continue
-            plan = _claimed_plan(store, claims, plan_of[id(source)], settings, recount)
+            planned = plan_of[id(source)]
+            plan = _claimed_plan(store, claims, planned, settings, recount)
+            if _bytes_to_count(plan) != _bytes_to_count(planned) and not stdin:
+                to_count += _bytes_to_count(plan) - _bytes_to_count(planned)
+                on_total(to_count)
             if plan.skip is not None:
                 summary.skipped.append(source.name)
                 on_message(plan.skip)
@@ -614,6 +626,10 @@ def count_sources(
         claims.close()
     summary.seconds = time.monotonic() - started
     return summary
+
+
+def _bytes_to_count(plan: FilePlan) -> int:
+    return 0 if plan.skip is not None else max(plan.source.size - plan.start, 0)
 
 
 def _claimed_plan(store: Store, claims: Claims, plan: FilePlan, settings: dict, recount: bool) -> FilePlan:

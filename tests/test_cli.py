@@ -429,7 +429,7 @@ def test_progress_bar_only_on_a_terminal_and_not_quiet(monkeypatch):
 
     monkeypatch.setattr(sys, "stderr", Terminal())
     bar = cli_mod.progress_bar(False, unit="merge", desc="train")
-    assert isinstance(bar, tqdm)
+    assert isinstance(bar.bar, tqdm)
     bar.total = 10
     bar.update(4)
     bar.set_postfix(count=7, refresh=False)
@@ -438,7 +438,7 @@ def test_progress_bar_only_on_a_terminal_and_not_quiet(monkeypatch):
     quiet = cli_mod.progress_bar(True, unit="merge")
     monkeypatch.setattr(sys, "stderr", io.StringIO())  # a pipe or a file: no bar either
     for silent in (quiet, cli_mod.progress_bar(False, unit="B", total=5)):
-        assert not isinstance(silent, tqdm)
+        assert not isinstance(getattr(silent, "bar", None), tqdm)
         with silent as b:
             b.update(3)
             b.set_postfix(count=1, refresh=False)
