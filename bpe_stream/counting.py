@@ -281,6 +281,7 @@ def _count_range_bytes(path: str, start: int, end: int, settings: dict, strict_u
     partial = PartialCounts(bytes=len(data), digest=hasher.digest())
     table = CountTable()
     count_bytes(data, settings, partial, table)
+    del data  # a giant pretoken is held whole: at most twice at once here (table, packed)
     partial.packed = table.pack()
     return partial
 
@@ -345,6 +346,7 @@ class _Batch:
     def add(self, partial: PartialCounts) -> None:
         if partial.packed is not None:
             self.table.merge(partial.packed)
+            partial.packed = None  # consumed: not held beside the table until the next flush
         else:
             merge_counts(self.counter, partial.counter)
         self.totals["bytes"] += partial.bytes
@@ -352,12 +354,13 @@ class _Batch:
         self.totals["specials"] += partial.specials
         self.totals["documents"] += partial.specials
 
-    def counts(self) -> dict:
-        """Every count of the batch, bytes keys, as ``Store.add_batch`` takes them (the
+    def take_counts(self) -> dict:
+        """Every count of the batch, bytes keys, as ``Store.add_batch`` takes them, taken out (the
         native table converted once, at the flush)."""
         if not len(self.table):
             return self.counter
         counts = self.table.to_dict()
+        self.table.clear()  # taken: a giant pretoken is not held in the table and the dict at once
         merge_counts(counts, self.counter)
         return counts
 
@@ -421,7 +424,7 @@ def count_sources(
         nonlocal batch
         current, batch = batch, _Batch()
 
-        counts = current.counts()
+        counts = current.take_counts()
         if counts or current.sources or any(current.totals.values()):
             # bytes keys (from count_range and _count_pieces); settings recorded with the first batch
             summary.new_unique += store.add_batch(
