@@ -10,62 +10,50 @@ pieces are pretokenized by the workers.  Every result is the same for any number
 workers and any range size: ranges and pieces end only where the pretokens of the parts
 equal the pretokens of the whole.
 
-Inside a unit (:class:`PretokenCounter`), special tokens are split off first; the text
-between them is counted on one of two paths that give the same counts:
+Inside a unit, for the named pretokenizers (``gpt2``, ``cl100k``, ``o200k``,
+``whitespace``, ``words``, ``none``; :func:`count_bytes`), special tokens are split off in
+bytes and the stretches between them are scanned and counted by a ``count_table.CountTable``
+-- natively, with no Python object per pretoken -- whose counts go to the parent packed in
+one ``bytes`` object (``PartialCounts.packed``).  Without the C extension the table is the
+Python ``PyCountTable`` (``regex``): the same counts, slower.  Custom ``regex:PATTERN``
+pretokenizers, and text already in memory (:func:`count_text`), take the str path:
+``Counter(pretokenizer.split(piece))`` for each piece between special tokens
+(:class:`PretokenCounter`).
 
-* plain: ``Counter(pretokenizer.split(piece))``, with an ``re`` pattern instead of the
-  ``regex`` one when the piece is all ASCII (``pretokenize.ASCII_PATTERNS``: the same
-  matches on ASCII text, about twice as fast);
-* fast (``gpt2``, ``cl100k``, ``o200k``, ``whitespace``, ``words``): the piece is cut into
-  segments at every safe cut of the pretokenizer (``pretokenize.segmenter``: a non-space
-  followed by a space -- for cl100k/o200k a space other than CR/LF -- is a pretoken
-  boundary, and the text on either side pretokenizes as it does in the whole; a space is
-  what ``regex`` calls one, which ``str.isspace()`` is not), the segments are counted,
-  and each distinct segment is pretokenized once, its pretokens counted times its count.
-  That is exact because cutting at those points never changes the pretokens; and since
-  the joint of two segments is such a cut too, the distinct segments of equal count are
-  joined and pretokenized in one call.  Only a piece's first segment (which may start
-  with a non-space) and last (which may end with a space) cannot be joined and are
-  pretokenized alone.  Lone surrogates (invalid UTF-8) are non-spaces like any other
-  character, and survive.
-
-The fast path saves work when segments repeat (code; multilingual text, for which the
-plain path needs ``regex``) and costs more when they do not (random words; English prose
-in ASCII, where the plain path's ``re`` is cheaper still), so each process measures, per
-lane of ASCII and other pieces, how much the fast path's flushes deduplicated and keeps the
-cheaper path (:class:`_Choice`).
-
-The parent merges the partial counts into the batch in C loops (:func:`merge_counts`;
-``Counter.update`` of a mapping is a Python loop).  The batch is flushed whenever it
-reaches its share of the memory budget (:func:`flush_threshold`), committed whole with the
-totals and each file's progress (the byte offset its counts reach) by
-:meth:`Store.add_batch`, so a killed run leaves a store in which every batch counts whole
-or not at all, and a rerun resumes each file where its committed counts end.
+The parent merges packed partial counts into the batch's native table (and those of the
+str path into its counter in C loops, :func:`merge_counts`; ``Counter.update`` of a mapping
+is a Python loop), and turns the table into the dict the store takes once per flush.  The
+batch is flushed whenever it reaches its share of the memory budget (:func:`flush_threshold`),
+committed whole with the totals and each file's progress (the byte offset its counts reach)
+by :meth:`Store.add_batch`, so a killed run leaves a store in which every batch counts
+whole or not at all, and a rerun resumes each file where its committed counts end.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import time
-from collections import Counter, defaultdict
+from collections import Counter
 from dataclasses import dataclass, field
+from functools import cache
 from itertools import repeat
 from operator import add
 from typing import Callable, Iterable, List, Optional, Tuple
 
+from .count_table import CountTable, unpack_counts
 from .runner import LocalRunner
 from .pretokenize import (
     Pretokenizer,
-    Segmenter,
     SpecialSplitter,
     StreamSplitter,
-    ascii_pattern,
     check_end_of_word,
+    fast_split,
     find_byte_cut,
-    segmenter,
     splittable,
 )
-from .reader import CHUNK_BYTES, InputError, Source, decode_chunks, to_bytes
+from .reader import CHUNK_BYTES, InputError, Source, decode_chunks, from_bytes, invalid_utf8_message, to_bytes
+from .scan import NATIVE_PATTERNS, first_invalid_utf8
 from .sources import Claims, FilePlan, feed, plan_files, range_hasher
 from .store import Store, StoreError
 
@@ -82,15 +70,6 @@ WORKER_BYTES = 96 << 20
 DEFAULT_MAX_MEMORY = 1 << 30
 RANGE_BYTES = 8 << 20  # one task of a worker
 _CUT_WINDOW = 1 << 16
-# The fast path pretokenizes its distinct segments when this many are pending (about 150
-# bytes each), and at the end of every counting unit.
-SEGMENT_LIMIT = 1 << 16
-FLUSH_SLICE = 1 << 13  # distinct segments pretokenized in one call at a flush
-# Relative cost (see _Choice) under which a lane keeps the fast path.
-ASCII_FAST_LIMIT = 0.9
-OTHER_FAST_LIMIT = 1.1
-MIN_CHOICE_PRETOKENS = 1 << 16  # what the fast path must have counted before a lane decides
-RETRY_CHARS = 64 << 20  # a lane on the plain path tries the fast one again after this many characters
 
 
 def make_settings(pretokenizer: str = "gpt2", special_tokens: Iterable[str] = (), end_of_word: Optional[str] = None) -> dict:
@@ -119,6 +98,19 @@ class PartialCounts:
     specials: int = 0
     bytes: int = 0
     digest: Optional[bytes] = None  # of the range's bytes, as read (count_range)
+    # The counts packed (``count_table``: bytes keys), from count_bytes; then ``counter`` is empty.
+    packed: Optional[bytes] = None
+
+    def unpacked(self, str_keys: bool = False) -> "PartialCounts":
+        """The packed counts moved into ``counter`` (keyed by bytes, or by text decoded with
+        ``surrogateescape`` with ``str_keys``)."""
+        if self.packed is not None:
+            counts = unpack_counts(self.packed)
+            self.packed = None
+            if str_keys:
+                counts = dict(zip(map(from_bytes, counts), counts.values()))
+            self.counter = Counter(counts)
+        return self
 
     def to_bytes_keys(self) -> "PartialCounts":
         """Turns the counter into a plain dict keyed by the pretokens' bytes (``to_bytes``),
@@ -131,138 +123,29 @@ class PartialCounts:
 
 
 class PretokenCounter:
-    """Counts the pretokens of text pieces into ``partial`` (its counter and pretoken total).
+    """Counts the pretokens of text pieces into ``partial`` (its counter and pretoken total),
+    ``Counter(pretokenizer.split(piece))`` for each piece (``fast_split``: gpt2's pretokens
+    by ``re`` on ASCII runs, the same ones).  The str path: for one document in memory
+    (:func:`count_text`, ``pipeline.count_texts``) and for custom patterns; files and stdin
+    with a named pattern are counted by :func:`count_bytes` instead.
 
     Pieces are what :class:`StreamSplitter` yields with ``raw=True``: text with no special
-    token inside, cut only at safe points.  :meth:`flush` must be called at the end: the
-    fast path counts a piece's segments at once but pretokenizes them only there.
+    token inside, cut only at safe points."""
 
-    Pieces go into one of two lanes, all-ASCII ones and the others, which choose between
-    the plain and the fast path apart (see :class:`_Choice`); ``fast`` forces one."""
-
-    def __init__(self, pre: Pretokenizer, partial: PartialCounts, fast: Optional[bool] = None):
+    def __init__(self, pre: Pretokenizer, partial: PartialCounts):
         self.partial = partial
-        seg = segmenter(pre)
-        if seg is None:  # none and custom patterns: no proven cut rule, so the plain path only
-            self._split = pre.split  # (which checks that a custom pattern covers the text)
-            return
-        self._split = None
-        findall, ascii_findall = pre.compiled.findall, ascii_pattern(pre).findall
-        self._ascii = _Lane(seg, ascii_findall, None, _choice(pre.name, True, fast))
-        self._other = _Lane(seg, findall, ascii_findall, _choice(pre.name, False, fast))
+        # a custom pattern's split checks that it covers the text
+        self._split = fast_split(pre)
 
     def add(self, text: str) -> None:
         if not text:
             return
-        if self._split is not None:
-            tokens = self._split(text)
-            self.partial.counter.update(tokens)
-            self.partial.pretokens += len(tokens)
-        elif text.isascii():  # O(1): CPython records it
-            self._ascii.add(text, self.partial)
-        else:
-            self._other.add(text, self.partial)
+        tokens = self._split(text)
+        self.partial.counter.update(tokens)
+        self.partial.pretokens += len(tokens)
 
     def flush(self) -> None:
-        """Pretokenizes what the fast path has pending into ``partial``."""
-        if self._split is None:
-            self._ascii.flush(self.partial)
-            self._other.flush(self.partial)
-
-
-class _Lane:
-    """One lane of a :class:`PretokenCounter`: the plain path pretokenizes each piece with
-    ``findall``; the fast path counts the piece's segments and, at :meth:`flush`,
-    pretokenizes each distinct segment once and adds its pretokens times its count.
-    ``ascii_findall`` (the lane of pieces that are not all ASCII) is used for the distinct
-    segments that are."""
-
-    def __init__(self, seg: Segmenter, findall, ascii_findall, choice: _Choice):
-        self.seg = seg
-        self.findall = findall
-        self.ascii_findall = ascii_findall
-        self.choice = choice
-        self.fast = choice.fast  # fixed until the next flush, so a flush measures one path
-        self.segments: Counter = Counter()
-        self.loose: Counter = Counter()
-        self.n_segments = 0
-        self.plain_chars = 0
-
-    def tokens(self, text: str) -> list:
-        if self.ascii_findall is not None and text.isascii():
-            return self.ascii_findall(text)
-        return self.findall(text)
-
-    def add(self, text: str, partial: PartialCounts) -> None:
-        if not self.fast:
-            tokens = self.findall(text)
-            partial.counter.update(tokens)
-            partial.pretokens += len(tokens)
-            self.plain_chars += len(text)
-            return
-        segments = self.seg.pattern.findall(text)
-        self.segments.update(segments)
-        self.n_segments += len(segments)
-        # Only the first segment of a piece may start with a non-space and only the last
-        # may end with a space: those cannot be joined to others and are pretokenized alone.
-        if not self.seg.joinable(segments[0]):
-            self._move_loose(segments[0])
-        if len(segments) > 1 and segments[-1][-1] in self.seg.spaces:
-            self._move_loose(segments[-1])
-        if len(self.segments) >= SEGMENT_LIMIT:
-            self.flush(partial)
-
-    def _move_loose(self, segment: str) -> None:
-        n = self.segments[segment] - 1
-        if n:
-            self.segments[segment] = n
-        else:
-            del self.segments[segment]
-        self.loose[segment] += 1
-
-    def flush(self, partial: PartialCounts) -> None:
-        if not self.fast:
-            if self.plain_chars:
-                self.choice.plain_done(self.plain_chars)
-                self.plain_chars = 0
-            self.fast = self.choice.fast
-            return
-        segments, loose = self.segments, self.loose
-        if not segments and not loose:
-            return
-        # Segments seen equally often are joined and pretokenized in one call: every joint
-        # is a cut, so the pretokens of the join are those of its segments in turn.
-        by_count = defaultdict(list)
-        for segment, n in segments.items():
-            by_count[n].append(segment)
-        counter = partial.counter
-        pretokens = distinct_tokens = 0
-        findall, ascii_findall = self.findall, self.ascii_findall
-        for n, whole in by_count.items():
-            # In slices: the pretokens of every distinct segment at once, as str objects,
-            # were the peak of a whole count (one slice costs a few MB).
-            for at in range(0, len(whole), FLUSH_SLICE):
-                group = whole[at:at + FLUSH_SLICE]
-                text = "".join(group)
-                if ascii_findall is None:
-                    tokens = findall(text)
-                elif text.isascii():
-                    tokens = ascii_findall(text)
-                else:
-                    tokens = ascii_findall("".join([s for s in group if s.isascii()]))
-                    tokens += findall("".join([s for s in group if not s.isascii()]))
-                distinct_tokens += len(tokens)
-                pretokens += n * len(tokens)
-                _add_times(counter, tokens, n)
-        for segment, n in loose.items():
-            tokens = self.tokens(segment)
-            distinct_tokens += len(tokens)
-            pretokens += n * len(tokens)
-            _add_times(counter, tokens, n)
-        partial.pretokens += pretokens
-        self.choice.fast_done(self.n_segments, len(segments) + len(loose), distinct_tokens, pretokens)
-        self.segments, self.loose, self.n_segments = Counter(), Counter(), 0
-        self.fast = self.choice.fast
+        """Kept for the callers that end a document with it: nothing is pending."""
 
 
 def merge_counts(counter: Counter, other) -> None:
@@ -275,102 +158,53 @@ def merge_counts(counter: Counter, other) -> None:
     dict.update(counter, zip(keys, map(add, map(get, keys, repeat(0)), other.values())))
 
 
-def _add_times(counter: Counter, tokens: list, n: int) -> None:
-    """``counter[t] += n`` for each ``t`` in ``tokens`` (repeats included), in C loops."""
-    if n == 1:
-        counter.update(tokens)
-    else:
-        # dict.update consumes the pairs one at a time, so each get sees the earlier sums.
-        get = counter.get
-        dict.update(counter, zip(tokens, map(add, map(get, tokens, repeat(0)), repeat(n))))
+def native_countable(settings: dict) -> bool:
+    """Whether the pretokenizer of ``settings`` is counted by :func:`count_bytes` (the named
+    ones, ``none`` included; a ``CountTable`` scans them natively or, without the extension,
+    with ``regex``), not on the str path (custom ``regex:`` patterns)."""
+    return settings["pretokenizer"] in NATIVE_PATTERNS
 
 
-class _Choice:
-    """Which path a lane takes, learned per process from what the fast path measured.
-
-    Both paths give the same counts; what differs is the work, and in CPython that is
-    mostly a regex match and a dict update per object.  The plain path counts every
-    pretoken (``total``); the fast path counts every segment, then the pretokens of the
-    distinct segments, and handles each distinct segment a few more times (grouping,
-    joining), so ``cost = (segments + distinct_tokens + distinct / 2) / total`` is its
-    relative cost.  Measured on 8 MB ranges (one machine; CPU time, fast against plain):
-    on ASCII text, where the plain path uses the ``re`` pattern, English prose 1.01 (8%
-    slower), code 0.83 (5-11% faster), random hex 1.18 (17% slower), random words 1.74
-    (64% slower); on text that is not all ASCII, where the plain path needs ``regex``,
-    multilingual 0.94 (16% faster), the non-ASCII documents of English 1.08 (about 5%
-    faster), Chinese and Japanese 1.12 (even to 10% slower), random Cyrillic words 1.78
-    (64% slower).  So a lane takes the fast path while ``cost`` stays under ``limit``; on
-    the plain path it tries the fast one again after ``retry_chars`` characters, twice as
-    many each time.  The lane of ASCII pieces starts on the plain path (prose is the common
-    case) and first tries the fast one after ``first_try`` characters; the other lane
-    starts on the fast path.  Both paths being exact, a wrong guess costs time, never
-    counts."""
-
-    def __init__(self, fast: bool, limit: float, first_try: int, retry_chars: int = RETRY_CHARS):
-        self.fast = fast
-        self.limit = limit
-        self.retry_chars = retry_chars
-        self.until_try = first_try
-        self.sums = [0, 0, 0, 0]  # segments, distinct, distinct_tokens, total, until enough to tell
-
-    def plain_done(self, chars: int) -> None:
-        self.until_try -= chars
-        if self.until_try <= 0:
-            self.fast = True
-
-    def fast_done(self, segments: int, distinct: int, distinct_tokens: int, total: int) -> None:
-        sums = self.sums
-        for i, x in enumerate((segments, distinct, distinct_tokens, total)):
-            sums[i] += x
-        segments, distinct, distinct_tokens, total = sums
-        if total < MIN_CHOICE_PRETOKENS:
-            return  # too little to tell yet
-        self.sums = [0, 0, 0, 0]
-        self.fast = (segments + distinct_tokens + distinct / 2) / total < self.limit
-        if not self.fast:  # try again later, and later still each time it does not pay
-            self.until_try = self.retry_chars
-            self.retry_chars = min(2 * self.retry_chars, 1 << 34)
+@cache
+def _special_splitter(specials: Tuple[str, ...]):
+    """``re.split`` on the special tokens' bytes, longest first: at each position the
+    longest token wins and scanning goes left to right, as :class:`SpecialSplitter` does on
+    text.  That is the same split: a special token is UTF-8 that starts at a character and
+    ends with one, so its bytes match exactly where its characters do in the text decoded
+    with ``surrogateescape`` (every byte that is not UTF-8 decodes to a surrogate of its own)."""
+    ordered = sorted((t.encode("utf-8") for t in specials), key=len, reverse=True)
+    return re.compile(b"(" + b"|".join(map(re.escape, ordered)) + b")").split if ordered else None
 
 
-class _Forced(_Choice):
-    """One path, whatever is measured (``fast=True``/``False``; tests)."""
-
-    def __init__(self, fast: bool):
-        self.fast = fast
-
-    def plain_done(self, chars: int) -> None:
-        pass
-
-    def fast_done(self, segments: int, distinct: int, distinct_tokens: int, total: int) -> None:
-        pass
-
-
-_CHOICES = {}  # (pretokenizer name, ASCII lane) -> _Choice, shared by the counters of this process
-
-
-def _choice(name: str, ascii_lane: bool, fast: Optional[bool]) -> _Choice:
-    if fast is not None:
-        return _Forced(fast)
-    choice = _CHOICES.get((name, ascii_lane))
-    if choice is None:
-        if ascii_lane:
-            choice = _Choice(False, ASCII_FAST_LIMIT, first_try=RANGE_BYTES)
-        else:
-            choice = _Choice(True, OTHER_FAST_LIMIT, first_try=0)
-        choice = _CHOICES.setdefault((name, ascii_lane), choice)
-    return choice
+def count_bytes(data, settings: dict, partial: PartialCounts, table) -> None:
+    """Counts the pretokens of ``data`` (bytes of whole documents or parts of one, cut at
+    safe points) into ``table`` (a ``CountTable``) and the specials and pretoken totals of
+    ``partial``: special tokens split off in bytes, the stretches between them scanned and
+    counted natively -- no Python object per pretoken."""
+    split = _special_splitter(tuple(settings["special_tokens"]))
+    name = settings["pretokenizer"]
+    feed = table.feed
+    if split is None:
+        partial.pretokens += feed(data, name) if data else 0
+        return
+    parts = split(data)
+    partial.specials += len(parts) // 2
+    pretokens = 0
+    for stretch in parts[::2]:  # text, special, text, ..., text
+        if stretch:
+            pretokens += feed(stretch, name)
+    partial.pretokens += pretokens
 
 
 class DocumentCounter:
     """Counts the pretokens of one document fed in text chunks into ``partial`` (complete
-    once the last chunk is fed with ``final=True``); ``fast`` forces the path of
-    :class:`PretokenCounter` (tests)."""
+    once the last chunk is fed with ``final=True``), on the str path."""
 
-    def __init__(self, settings: dict, partial: Optional[PartialCounts] = None, fast: Optional[bool] = None):
+    def __init__(self, settings: dict, partial: Optional[PartialCounts] = None):
         pre = Pretokenizer.from_name(settings["pretokenizer"])
         self.splitter = StreamSplitter(pre, SpecialSplitter(settings["special_tokens"]), raw=True)
         self.partial = partial if partial is not None else PartialCounts()
-        self.counts = PretokenCounter(pre, self.partial, fast)
+        self.counts = PretokenCounter(pre, self.partial)
 
     def feed(self, text: str, final: bool = False) -> None:
         add = self.counts.add
@@ -407,10 +241,17 @@ class _Limited:
 
 
 def count_range(path: str, start: int, end: int, settings: dict, strict_utf8: bool = False,
-                chunk_bytes: int = CHUNK_BYTES, bytes_keys: bool = False) -> PartialCounts:
+                chunk_bytes: int = CHUNK_BYTES, bytes_keys: bool = False, packed: bool = False) -> PartialCounts:
     """The counting unit: partial counts of bytes ``[start, end)`` of ``path``.  ``start`` and
     ``end`` must be safe cuts (0, the file's end, or from :func:`plan_ranges`).  With
-    ``bytes_keys`` the counter is keyed by bytes (:meth:`PartialCounts.to_bytes_keys`)."""
+    ``bytes_keys`` the counter is keyed by bytes (:meth:`PartialCounts.to_bytes_keys`); with
+    ``packed`` (and a pretokenizer that :func:`native_countable` allows) the counts are
+    ``PartialCounts.packed`` instead, the form a worker hands its parent."""
+    if native_countable(settings):
+        partial = _count_range_bytes(path, start, end, settings, strict_utf8)
+        if packed:
+            return partial
+        return partial.unpacked(str_keys=not bytes_keys)
     doc = DocumentCounter(settings)
     with open(path, "rb") as f:
         f.seek(start)
@@ -422,6 +263,27 @@ def count_range(path: str, start: int, end: int, settings: dict, strict_utf8: bo
     # are these (a file written to while it is counted is an error, not a wrong digest).
     doc.partial.digest = limited.hasher.digest()
     return doc.partial.to_bytes_keys() if bytes_keys else doc.partial
+
+
+def _count_range_bytes(path: str, start: int, end: int, settings: dict, strict_utf8: bool) -> PartialCounts:
+    """:func:`count_range` for a pretokenizer that :func:`count_bytes` counts: the range read
+    whole (it is about ``RANGE_BYTES``; the str path holds as much when a range has no safe
+    cut), checked for UTF-8 when ``strict_utf8``, counted into a ``CountTable``, packed."""
+    with open(path, "rb") as f:
+        f.seek(start)
+        data = f.read(end - start)
+    hasher = range_hasher()
+    hasher.update(data)
+    if strict_utf8:
+        bad = first_invalid_utf8(data)
+        if bad >= 0:
+            raise InputError(invalid_utf8_message(start + bad))
+    partial = PartialCounts(bytes=len(data), digest=hasher.digest())
+    table = CountTable()
+    count_bytes(data, settings, partial, table)
+    del data  # a giant pretoken is held whole: at most twice at once here (table, packed)
+    partial.packed = table.pack()
+    return partial
 
 
 def plan_ranges(path: str, start: int, end: int, settings: dict, target: int = RANGE_BYTES) -> List[Tuple[int, int]]:
@@ -476,19 +338,35 @@ class _Batch:
     """What has been counted since the last flush (pretoken counts keyed by bytes)."""
 
     def __init__(self):
-        self.counter: Counter = Counter()
+        self.counter: Counter = Counter()  # from the str path (custom patterns)
+        self.table = CountTable()  # packed partials, merged natively
         self.totals = {"bytes": 0, "documents": 0, "pretokens": 0, "specials": 0}
         self.sources = {}
 
     def add(self, partial: PartialCounts) -> None:
-        merge_counts(self.counter, partial.counter)
+        if partial.packed is not None:
+            self.table.merge(partial.packed)
+            partial.packed = None  # consumed: not held beside the table until the next flush
+        else:
+            merge_counts(self.counter, partial.counter)
         self.totals["bytes"] += partial.bytes
         self.totals["pretokens"] += partial.pretokens
         self.totals["specials"] += partial.specials
         self.totals["documents"] += partial.specials
 
+    def take_counts(self) -> dict:
+        """Every count of the batch, bytes keys, as ``Store.add_batch`` takes them, taken out (the
+        native table converted once, at the flush)."""
+        if not len(self.table):
+            return self.counter
+        counts = self.table.to_dict()
+        self.table.clear()  # taken: a giant pretoken is not held in the table and the dict at once
+        merge_counts(counts, self.counter)
+        return counts
+
     def estimated_bytes(self) -> int:
-        return len(self.counter) * COUNTER_ENTRY_BYTES
+        # A native entry costs less than a Counter's, but the flush makes a dict of them all.
+        return (len(self.counter) + len(self.table)) * COUNTER_ENTRY_BYTES
 
 
 def flush_threshold(max_memory: int, workers: int) -> int:
@@ -554,10 +432,11 @@ def count_sources(
         nonlocal batch
         current, batch = batch, _Batch()
 
-        if current.counter or current.sources or any(current.totals.values()):
+        counts = current.take_counts()
+        if counts or current.sources or any(current.totals.values()):
             # bytes keys (from count_range and _count_pieces); settings recorded with the first batch
             summary.new_unique += store.add_batch(
-                current.counter, current.sources, current.totals, before=lambda txn: store.settings_in(txn, settings)
+                counts, current.sources, current.totals, before=lambda txn: store.settings_in(txn, settings)
             )
             store.remap()
         for source in finished:
@@ -615,7 +494,7 @@ def count_sources(
                 on_message(plan.message)
             ranges = plan_ranges(source.name, plan.start, source.size, settings, range_bytes)
             for i, (a, b) in enumerate(ranges):
-                args = (source.name, a, b, settings, strict_utf8, chunk_bytes, True)
+                args = (source.name, a, b, settings, strict_utf8, chunk_bytes, True, True)
                 for meta, partial in runner.submit(count_range, args, (plan, a, b, i == len(ranges) - 1)):
                     take(meta, partial)
         for meta, partial in runner.drain():
@@ -680,7 +559,7 @@ def _count_stdin(source: Source, settings: dict, runner: LocalRunner, strict_utf
 
     def dispatch(last: bool):
         nonlocal pieces, size, specials
-        args = (pre, pieces, specials.specials, specials.bytes)
+        args = (settings, pieces, specials.specials, specials.bytes)
         pieces, size, specials = [], 0, PartialCounts()
         yield from runner.submit(_count_pieces, args, (None, 0, 0, last))
 
@@ -697,13 +576,20 @@ def _count_stdin(source: Source, settings: dict, runner: LocalRunner, strict_utf
     yield from dispatch(True)
 
 
-def _count_pieces(pretokenizer: str, pieces: List[str], n_specials: int, special_bytes: int) -> PartialCounts:
-    """Counts text pieces that were cut apart at safe points (each pretokenized on its own);
-    the counter is keyed by bytes, like :func:`count_range`'s for :func:`count_sources`."""
+def _count_pieces(settings: dict, pieces: List[str], n_specials: int, special_bytes: int) -> PartialCounts:
+    """Counts text pieces that were cut apart at safe points (each pretokenized on its own,
+    with no special token inside); the counts are packed, or for a custom pattern keyed by
+    bytes, like :func:`count_range`'s for :func:`count_sources`."""
     partial = PartialCounts(specials=n_specials, bytes=special_bytes)
-    counts = PretokenCounter(Pretokenizer.from_name(pretokenizer), partial)
+    if native_countable(settings):
+        table, name = CountTable(), settings["pretokenizer"]
+        for piece in map(to_bytes, pieces):
+            partial.bytes += len(piece)
+            partial.pretokens += table.feed(piece, name) if piece else 0
+        partial.packed = table.pack()
+        return partial
+    counts = PretokenCounter(Pretokenizer.from_name(settings["pretokenizer"]), partial)
     for piece in pieces:
         counts.add(piece)
         partial.bytes += len(to_bytes(piece))
-    counts.flush()
     return partial.to_bytes_keys()

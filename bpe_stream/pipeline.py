@@ -321,8 +321,7 @@ def train_from_store(
 
 def count_file(path, settings: dict) -> Counter:
     """Pretoken counts (bytes keys) of one file, counted in memory."""
-    counter = count_range(os.fspath(path), 0, os.path.getsize(path), settings).counter
-    return Counter({to_bytes(k): v for k, v in counter.items()})
+    return count_range(os.fspath(path), 0, os.path.getsize(path), settings, bytes_keys=True).counter
 
 
 def train_bpe(

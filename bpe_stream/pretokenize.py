@@ -3,10 +3,9 @@
 This module owns the named patterns (``gpt2``, ``cl100k``, ``o200k``, ``whitespace``,
 ``words``, ``none``, ``regex:PATTERN``), the longest-match splitting of special tokens,
 and the rule for where a long text may be cut so that pretokenizing the pieces gives
-exactly the pretokens of the whole -- also as a :class:`Segmenter`, which cuts a text at
-every such point, and ``re`` patterns with the named patterns' matches on all-ASCII text
-(both for counting, see ``counting.PretokenCounter``), and :func:`gpt2_split`, gpt2's
-pretokens by ``re`` on ASCII runs (for encoding).  It works on ``str`` only; bytes
+exactly the pretokens of the whole, and :func:`gpt2_split`, gpt2's pretokens by ``re`` on
+ASCII runs (for encoding and counting text in Python; files are counted by the native
+scanner, ``bpe_stream.scan``).  It works on ``str`` only; bytes
 that are not UTF-8 arrive here as lone surrogates (``surrogateescape``) and leave the same
 way, so invalid input is preserved byte for byte.  It knows nothing of files, LMDB or the CLI.
 The examples in the docstrings are run by ``tests/test_doctests.py``.
@@ -392,117 +391,24 @@ def _straddles(window: bytes, special: bytes, cut: int) -> bool:
     return False
 
 
-# -- segments: the unit of counting distinct text once (``counting.PretokenCounter``) ------
-# The characters ``regex`` matches with ``\s`` (Unicode White_Space).  Python's own notion
-# differs: ``str.isspace()``, ``str.split()`` and ``re``'s ``\s`` also take \x1c-\x1f, which
-# ``regex`` treats as non-space, so the patterns below spell the class out instead.
-SPACE_CHARS = "\t\n\x0b\x0c\r \x85\xa0\u1680" + "".join(map(chr, range(0x2000, 0x200B))) + "\u2028\u2029\u202f\u205f\u3000"
-_WS = SPACE_CHARS  # literal characters inside a character class; none of them is special there
-_WS_ASCII = r"\t\n\x0b\x0c\r "
-# The stdlib ``re`` finds matches of these simple patterns about twice as fast as ``regex``
-# finds the pretokenizers' matches, which is what makes segments (and the ASCII patterns
-# below) pay.
-# Segments of the "any space" rule: maximal runs of spaces-then-non-spaces; a match ends
-# exactly where a non-space is followed by a space (or at the end), i.e. at every cut.
-_SEGMENTS_ANY_SPACE = f"[{_WS}]*[^{_WS}]+|[{_WS}]+"
-# The cl100k/o200k rule cuts only before a space other than CR/LF: a non-space run followed
-# by CR or LF continues through the spaces after it into the next non-space run.
-_SEGMENTS_NOT_NEWLINE = f"[{_WS}]*(?:[^{_WS}]+(?:[\r\n][{_WS}]*)?)+|[{_WS}]+"
-
-# ``re`` patterns with exactly the matches of the named patterns on text that is all ASCII
-# (``str.isascii()``, which costs nothing: CPython records it).  On ASCII, \p{L} is [A-Za-z],
-# \p{Lu} [A-Z], \p{Ll} [a-z], \p{N} [0-9], \p{Lt}, \p{Lm}, \p{Lo} and \p{M} are empty and \s
-# is [\t\n\x0b\x0c\r ] (\x1c-\x1f are not spaces for ``regex``).  The possessive quantifiers
-# of cl100k (which ``re`` lacks before Python 3.11) become greedy ones: none of them is
-# followed by anything its run could give back to (tests/test_count_fastpath.py checks
-# every pattern against ``regex`` on random ASCII text).
-_A, _NA = "A-Za-z", "0-9"
-ASCII_PATTERNS = {
-    "gpt2": (
-        rf"""'(?:[sdmt]|ll|ve|re)| ?[{_A}]+| ?[{_NA}]+| ?[^{_WS_ASCII}{_A}{_NA}]+"""
-        rf"""|[{_WS_ASCII}]+(?![^{_WS_ASCII}])|[{_WS_ASCII}]+"""
-    ),
-    "cl100k": (
-        rf"""'(?i:[sdmt]|ll|ve|re)|[^\r\n{_A}{_NA}]?[{_A}]+|[{_NA}]{{1,3}}| ?[^{_WS_ASCII}{_A}{_NA}]+[\r\n]*"""
-        rf"""|[{_WS_ASCII}]+$|[{_WS_ASCII}]*[\r\n]|[{_WS_ASCII}]+(?![^{_WS_ASCII}])|[{_WS_ASCII}]"""
-    ),
-    "o200k": "|".join(
-        [
-            rf"""[^\r\n{_A}{_NA}]?[A-Z]*[a-z]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?""",
-            rf"""[^\r\n{_A}{_NA}]?[A-Z]+[a-z]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?""",
-            rf"""[{_NA}]{{1,3}}""",
-            rf""" ?[^{_WS_ASCII}{_A}{_NA}]+[\r\n/]*""",
-            rf"""[{_WS_ASCII}]*[\r\n]+""",
-            rf"""[{_WS_ASCII}]+(?![^{_WS_ASCII}])""",
-            rf"""[{_WS_ASCII}]+""",
-        ]
-    ),
-    "whitespace": rf"""[{_WS_ASCII}]+|[^{_WS_ASCII}]+""",
-    "words": rf"""[^{_WS_ASCII}]+""",
-}
-
-
-@dataclass(frozen=True)
-class Segmenter:
-    """Cuts text into segments at exactly the safe cuts of :meth:`Pretokenizer.safe_cut`.
-
-    The pretokens of a text are the pretokens of its segments, one after the other; and
-    segments that start with one of ``starts`` and end with a non-space can be joined
-    into one string whose pretokens are theirs, in order (the joints are cuts too).  Only
-    a text's first segment (it may start with anything) and its last (it may end with
-    spaces) can fail that."""
-
-    pattern: re.Pattern
-    starts: frozenset  # the spaces a cut can come before
-    spaces: frozenset = frozenset(SPACE_CHARS)
-
-    def joinable(self, segment: str) -> bool:
-        return segment[0] in self.starts and segment[-1] not in self.spaces
-
-
-def segmenter(pre: Pretokenizer) -> Optional[Segmenter]:
-    """The segmenter of a pretokenizer with a proven cut rule (None for ``none`` and custom patterns).
-
-    >>> segmenter(Pretokenizer.from_name("gpt2")).pattern.findall("Hello  world again")
-    ['Hello', '  world', ' again']
-    """
-    if not splittable(pre):
-        return None
-    return _segmenter(pre.name in ("cl100k", "o200k"))
-
-
-@cache
-def _segmenter(not_newline: bool) -> Segmenter:
-    if not_newline:
-        return Segmenter(re.compile(_SEGMENTS_NOT_NEWLINE), frozenset(SPACE_CHARS) - {"\r", "\n"})
-    return Segmenter(re.compile(_SEGMENTS_ANY_SPACE), frozenset(SPACE_CHARS))
-
-
-def ascii_pattern(pre: Pretokenizer) -> Optional[re.Pattern]:
-    """An ``re`` pattern with the matches of ``pre`` on all-ASCII text, or None.
-
-    >>> ascii_pattern(Pretokenizer.from_name("gpt2")).findall("Hello world's 42!")
-    ['Hello', ' world', "'s", ' 42', '!']
-    """
-    source = ASCII_PATTERNS.get(pre.name) if not pre.is_custom else None
-    return _compile_re(source) if source is not None else None
-
-
-@cache
-def _compile_re(pattern: str) -> re.Pattern:
-    return re.compile(pattern)
-
-
 # -- gpt2 pretokens, faster (what ``Tokenizer`` encodes with) ----------------------------------
 # Pretokenizing is most of the encoding time, and Python's ``re`` runs gpt2's pattern about
 # twice as fast as ``regex`` -- but ``re`` has no \p{L} or \p{N}.  On ASCII text
-# ``ASCII_PATTERNS["gpt2"]`` is gpt2's pattern exactly: there ``regex``'s \p{L}, \p{N} and
+# ``GPT2_ASCII_PATTERN`` is gpt2's pattern exactly: there ``regex``'s \p{L}, \p{N} and
 # \s are [A-Za-z], [0-9] and [\t\n\v\f\r ] (checked when first used).  Text that is not all
 # ASCII is cut at gpt2's safe cuts (a space after a non-space, as ``safe_cut``) around each
 # stretch of non-ASCII characters less than ``_ISLAND_GAP`` apart; those stretches go to
 # ``regex`` (so mostly non-ASCII text is one stretch: no slower), the ASCII runs between
 # them to ``re``.
-_GPT2_ASCII = re.compile(ASCII_PATTERNS["gpt2"])
+# On ASCII, \p{L} is [A-Za-z], \p{N} [0-9] and \s [\t\n\x0b\x0c\r ] (\x1c-\x1f are not spaces
+# for ``regex``, though ``re``'s \s takes them, so the class is spelt out).
+_WS_ASCII = r"\t\n\x0b\x0c\r "
+_A, _NA = "A-Za-z", "0-9"
+GPT2_ASCII_PATTERN = (
+    rf"""'(?:[sdmt]|ll|ve|re)| ?[{_A}]+| ?[{_NA}]+| ?[^{_WS_ASCII}{_A}{_NA}]+"""
+    rf"""|[{_WS_ASCII}]+(?![^{_WS_ASCII}])|[{_WS_ASCII}]+"""
+)
+_GPT2_ASCII = re.compile(GPT2_ASCII_PATTERN)
 _ISLAND_GAP = 64  # about where a separate ``regex`` call (~3 us) costs what ``re`` saves on the gap
 _ISLAND = re.compile(rf"[^\x00-\x7f]+(?:[\x00-\x7f]{{1,{_ISLAND_GAP}}}[^\x00-\x7f]+)*")
 _NEXT_CUT = regex.compile(r"(?<=\S)\s")

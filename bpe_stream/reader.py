@@ -95,6 +95,11 @@ class Source:
         return f
 
 
+def invalid_utf8_message(offset: int) -> str:
+    """What ``--strict-utf8`` says of input that stops being UTF-8 at byte ``offset``."""
+    return f"invalid UTF-8 at byte offset {offset}; drop --strict-utf8 to keep such bytes as they are"
+
+
 def decode_chunks(
     stream: BinaryIO, chunk_bytes: int = CHUNK_BYTES, strict: bool = False, start_offset: int = 0
 ) -> Iterator[Tuple[str, int, int]]:
@@ -115,9 +120,7 @@ def decode_chunks(
             text = decoder.decode(chunk, final=final)
         except UnicodeDecodeError as exc:
             offset = start_offset + done - held_before + exc.start
-            raise InputError(
-                f"invalid UTF-8 at byte offset {offset}; drop --strict-utf8 to keep such bytes as they are"
-            ) from None
+            raise InputError(invalid_utf8_message(offset)) from None
         done += len(chunk)
         yield text, done, len(decoder.getstate()[0]), final
         if final:
