@@ -24,7 +24,6 @@ from .estimate import default_budget, estimate_disk_train_memory, estimate_train
 from .extend import Extension
 from .memory_engines import _fastbpe, memory_engine
 from .merge_engine import MergeEngine
-from .reader import to_bytes
 from .sequences import DiskEngine
 from .store import Store, StoreError
 from .store_checkpoint import Checkpointer, read_checkpoint, write_checkpoint  # noqa: F401  (also imported from here)
