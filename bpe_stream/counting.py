@@ -5,7 +5,7 @@ The counting unit is engine-independent: :func:`count_range` turns a byte range 
 partial counts, and :func:`count_text` does the same for a piece of text.  The local
 pipeline (:func:`count_sources`) plans the ranges, runs the unit in worker processes
 (``--workers``) and merges the partial counts in order into an in-memory batch; stdin,
-which cannot be split ahead, is cut by the parent (``StreamSplitter(raw=True)``) and the
+which cannot be split ahead, is cut by the parent (``StreamSplitter``) and the
 pieces are pretokenized by the workers.  Every result is the same for any number of
 workers and any range size: ranges and pieces end only where the pretokens of the parts
 equal the pretokens of the whole.
@@ -129,7 +129,7 @@ class PretokenCounter:
     (:func:`count_text`, ``pipeline.count_texts``) and for custom patterns; files and stdin
     with a named pattern are counted by :func:`count_bytes` instead.
 
-    Pieces are what :class:`StreamSplitter` yields with ``raw=True``: text with no special
+    Pieces are what :class:`StreamSplitter` yields: text with no special
     token inside, cut only at safe points."""
 
     def __init__(self, pre: Pretokenizer, partial: PartialCounts):
@@ -202,7 +202,7 @@ class DocumentCounter:
 
     def __init__(self, settings: dict, partial: Optional[PartialCounts] = None):
         pre = Pretokenizer.from_name(settings["pretokenizer"])
-        self.splitter = StreamSplitter(pre, SpecialSplitter(settings["special_tokens"]), raw=True)
+        self.splitter = StreamSplitter(pre, SpecialSplitter(settings["special_tokens"]))
         self.partial = partial if partial is not None else PartialCounts()
         self.counts = PretokenCounter(pre, self.partial)
 
@@ -552,7 +552,7 @@ def _count_stdin(source: Source, settings: dict, runner: LocalRunner, strict_utf
                  piece_bytes: int) -> Iterable[tuple]:
     """Cuts stdin into pieces in this process; workers pretokenize and count them."""
     pre = settings["pretokenizer"]
-    splitter = StreamSplitter(Pretokenizer.from_name(pre), SpecialSplitter(settings["special_tokens"]), raw=True)
+    splitter = StreamSplitter(Pretokenizer.from_name(pre), SpecialSplitter(settings["special_tokens"]))
     pieces: List[str] = []
     size = 0
     specials = PartialCounts()

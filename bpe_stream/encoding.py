@@ -13,7 +13,7 @@ decodes the piece and runs the Python path.
   the text.  A cut before an ASCII byte is never inside a UTF-8 character, so the pieces
   decode to exactly the text of the whole, invalid bytes included (``surrogateescape``).
 * Otherwise (``none``, ``regex:...``): the parent decodes and cuts with
-  ``StreamSplitter(raw=True)`` and sends text pieces.
+  ``StreamSplitter`` and sends text pieces.
 
 With one worker the same pieces are encoded in this process.  The output bytes do not
 depend on the number of workers, the piece size or the read size.
@@ -44,7 +44,7 @@ def _finish(tok: Tokenizer, data: bytes, fmt: str) -> Tuple[bytes, int]:
 
 
 def _encode_items(items, fmt: str, tok: Optional[Tokenizer] = None) -> Tuple[bytes, int]:
-    """A task: the ids of raw items (``StreamSplitter(raw=True)`` output) in ``fmt``, and
+    """A task: the ids of raw items (``StreamSplitter`` output) in ``fmt``, and
     how many ids they are.  ``tok``: the encoder's own (in process), else the workers' copy."""
     tok = _TOKENIZER if tok is None else tok
     return _finish(tok, tok._encode_raw_items_bytes(items), fmt)
@@ -90,8 +90,8 @@ class ParallelEncoder:
 
     def _text_pieces(self, stream: BinaryIO, chunk_bytes: int, strict: bool) -> Iterator[tuple]:
         """Tasks for any pretokenizer: ``(_encode_items, items)`` with lists of raw items of
-        about ``PIECE_CHARS`` characters, cut by ``StreamSplitter(raw=True)``."""
-        splitter = StreamSplitter(self.tok.pretokenizer, self.tok.splitter, raw=True)
+        about ``PIECE_CHARS`` characters, cut by ``StreamSplitter``."""
+        splitter = StreamSplitter(self.tok.pretokenizer, self.tok.splitter)
         limit = PIECE_CHARS
         items: list = []
         size = 0

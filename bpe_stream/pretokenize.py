@@ -249,9 +249,9 @@ class SpecialSplitter:
 class StreamSplitter:
     """Feeds text in arbitrary chunks and yields what can be decided so far.
 
-    Items are ``("special", token)``, ``("pretokens", list_of_str)`` (or ``("text", str)``
-    when ``raw``) and, from
-    :meth:`end_document`, everything that was held back.  Whatever the chunking, the
+    Items are ``("special", token)`` and ``("text", piece)`` -- a piece that pretokenizes
+    alone exactly as within the whole, so that the caller (or a worker process) pretokenizes
+    it -- and, from :meth:`end_document`, everything that was held back.  Whatever the chunking, the
     concatenation of the items equals what splitting the whole document gives.  Held back
     are at most the last ``max_len - 1`` characters (a special token may be starting
     there) plus the text after the last safe cut.
@@ -260,19 +260,16 @@ class StreamSplitter:
     >>> list(stream.feed("Hello wor"))  # "Hello" may go on, and a special token may start
     []
     >>> list(stream.feed("ld<|en"))
-    [('pretokens', ['Hello'])]
+    [('text', 'Hello')]
     >>> list(stream.feed("d|> again"))
-    [('pretokens', [' world']), ('special', '<|end|>')]
+    [('text', ' world'), ('special', '<|end|>')]
     >>> list(stream.end_document())
-    [('pretokens', [' again'])]
+    [('text', ' again')]
     """
 
-    def __init__(self, pretokenizer: Pretokenizer, specials: SpecialSplitter, raw: bool = False):
+    def __init__(self, pretokenizer: Pretokenizer, specials: SpecialSplitter):
         self.pre = pretokenizer
         self.specials = specials
-        # raw: yield ("text", piece) for each decided piece instead of its pretokens, so a
-        # parent process can cut a stream and leave pretokenizing to workers.
-        self.raw = raw
         self._pending = ""  # text not yet scanned for special tokens
         self._run = []  # text pieces known to hold no special token, not yet pretokenized
         self._run_len = 0
@@ -321,7 +318,7 @@ class StreamSplitter:
         if self._run:
             text = "".join(self._run)
             self._run, self._run_len, self._next_cut_try = [], 0, 0
-            yield self._emit(text)
+            yield "text", text
 
     def _cut_run(self) -> Iterator[tuple]:
         if not self._run or self._run_len < self._next_cut_try:
@@ -336,10 +333,7 @@ class StreamSplitter:
         self._run = [tail] if tail else []
         self._run_len = len(tail)
         self._next_cut_try = 0
-        yield self._emit(head)
-
-    def _emit(self, text: str) -> tuple:
-        return ("text", text) if self.raw else ("pretokens", self.pre.split(text))
+        yield "text", head
 
 
 # Byte-level cut points, for splitting a file into ranges that can be counted apart.  A

@@ -391,7 +391,7 @@ class Tokenizer:
         return self._pretoken_ids(self._split(text))
 
     def _encode_raw_items_bytes(self, items) -> bytes:
-        """The ids of ``("text", piece)`` / ``("special", token)`` items (``StreamSplitter(raw=True)``
+        """The ids of ``("text", piece)`` / ``("special", token)`` items (``StreamSplitter``
         output), each text piece pretokenized on its own, as native-order uint32 ``bytes``."""
         specials = self._special_bytes
         parts = []
@@ -421,7 +421,7 @@ class Tokenizer:
         """Like :meth:`encode_iterable` but yields lists of ids, one per decided piece.
         Small chunks (a file's lines) are gathered up to ``COALESCE_CHARS`` first: the ids
         do not depend on the chunking, and one feed per line costs more than the encoding."""
-        stream = StreamSplitter(self.pretokenizer, self.splitter, raw=True)  # pretokenized here: self._split
+        stream = StreamSplitter(self.pretokenizer, self.splitter)  # pretokenized here: self._split
         if self.doc_start_id is not None:
             yield [self.doc_start_id]
         pending: List[str] = []

@@ -81,15 +81,23 @@ class PieceStream(io.RawIOBase):
 
 def stream_items(name, specials, data, sizes):
     """(is_special, piece) from StreamSplitter fed through reader.decode_chunks in odd chunks."""
-    splitter = StreamSplitter(Pretokenizer.from_name(name), SpecialSplitter(specials))
+    pre = Pretokenizer.from_name(name)
+    splitter = StreamSplitter(pre, SpecialSplitter(specials))
     out = []
     for text, _, _, final in reader.decode_chunks(PieceStream(data, sizes), chunk_bytes=3):
-        for kind, value in splitter.feed(text, final=final):
-            if kind == "special":
-                out.append((True, value))
-            else:
-                assert kind == "pretokens", kind
-                out.extend((False, p) for p in value)
+        out += split_items(pre, splitter.feed(text, final=final))
+    return out
+
+
+def split_items(pre, items):
+    """(is_special, piece) of StreamSplitter items, each text piece pretokenized alone."""
+    out = []
+    for kind, value in items:
+        if kind == "special":
+            out.append((True, value))
+        else:
+            assert kind == "text", kind
+            out.extend((False, p) for p in pre.split(value))
     return out
 
 
@@ -172,13 +180,12 @@ def test_stream_splitter_character_cuts(patterns, name, text, specials, cuts):
         pieces.append(text[last:p])
         last = p
     pieces.append(text[last:])
-    splitter = StreamSplitter(Pretokenizer.from_name(name), SpecialSplitter(specials))
+    pre = Pretokenizer.from_name(name)
+    splitter = StreamSplitter(pre, SpecialSplitter(specials))
     out = []
     for piece in pieces:
-        for kind, value in splitter.feed(piece):
-            out.extend([(True, value)] if kind == "special" else [(False, p) for p in value])
-    for kind, value in splitter.end_document():
-        out.extend([(True, value)] if kind == "special" else [(False, p) for p in value])
+        out += split_items(pre, splitter.feed(piece))
+    out += split_items(pre, splitter.end_document())
     assert out == textbook.pretokens(text, patterns[name], specials)
 
 
