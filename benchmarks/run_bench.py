@@ -9,14 +9,18 @@ is asked for by name, and shrinks the others):
                    in-library time of ``train_from_store`` and of ``train_bpe`` (the CS336
                    shape, against its reference figure of 0.38 s), rustbpe, HF tokenizers.
 * ``count``        ``bpe-stream count`` of en_100M.txt (a 20 MB prefix with --quick) against a
-                   bare ``Counter(regex.findall(GPT2, text))`` on one core.
+                   bare ``Counter(regex.findall(GPT2, text))`` on one core; then on 20 MB of
+                   English, multilingual and code text (5 MB with --quick) ``--workers 1`` and
+                   ``2`` against that scan (issue 15: >= 8x and >= 1.7x).
 * ``train-large``  count + train at vocab 32,768 on en_100M.txt (a 20 MB prefix with --quick)
-                   against HF tokenizers and rustbpe trained from the same file.
+                   against HF tokenizers, rustbpe and fast-bpe-rs trained from the same file
+                   (issue 15: at most 0.5x the fastest of rustbpe and fast-bpe-rs).
 * ``encode``       encode throughput on all of en_100M.txt (10 MB with --quick) of the library
                    (``encode``, ``encode_iterable``) and of the CLI (``--format u32`` and ``txt``,
                    ``--workers 1`` and ``2``, to a file through stdout; its start-up and load on
-                   an empty file) against tiktoken and HF tokenizers built from the same
-                   vocabulary (the ids are checked to be the same); notes for issue 4.
+                   an empty file) against tiktoken, tokie (one thread) and HF tokenizers built
+                   from the same vocabulary (the ids are checked to be the same); notes for
+                   issues 4 and 15 (CLI with one worker >= 1.0x tokie, >= 2.5x tiktoken).
 * ``corpus-gen``   ``benchmarks/gen_corpus.py`` writes 400 MB of seeded web-like text (20 MB
                    with --quick) with 1 and with 2 processes (same bytes?), and the distinct
                    pretokens per MB of 20 MB of it against 20 MB of en_100M.txt.
@@ -27,7 +31,7 @@ is asked for by name, and shrinks the others):
                    the tokenizer files compared; then ``count --max-memory 512M`` of a 5 GB
                    generated file (``--big-count``; 200 MB with --quick).  Not run unless named.
 * ``multi``, ``code``  issue 9: count + train at vocab 32,768 on multi_25M.txt / code_25M.txt
-                   (5 MB prefixes with --quick) against HF tokenizers and rustbpe, by default and
+                   (5 MB prefixes with --quick) against HF tokenizers, rustbpe and fast-bpe-rs, by default and
                    with ``count --workers 1`` (one process: the lean run), and the merge
                    loop alone (``train_from_store``) against English of the same size (a prefix
                    of en_100M.txt) and, in a full run, all of en_100M.txt.
@@ -80,7 +84,8 @@ SKIP_REASONS = {  # why a section is left out of a run that did not name it
     "out-of-core": "not run by default: it generates and counts gigabytes (run it with --only out-of-core)",
 }
 CS336_REFERENCE_SECONDS = 0.38  # the CS336 reference train_bpe on corpus.en, vocab 500
-PEER_MODULES = {"rustbpe": "rustbpe", "HF tokenizers": "tokenizers", "tiktoken": "tiktoken"}
+PEER_MODULES = {"rustbpe": "rustbpe", "fast-bpe-rs": "fast_bpe_rs", "HF tokenizers": "tokenizers", "tiktoken": "tiktoken",
+                "tokie": "tokie"}
 
 
 def bpe_cli() -> List[str]:
@@ -461,7 +466,40 @@ def section_count(ctx: Context) -> Section:
         s.note(f"pretokens: bpe-stream {summary['pretokens']:,} ({summary['new_unique']:,} unique), "
                f"regex {scan.result['pretokens']:,} ({scan.result['unique']:,} unique; it also splits "
                f"'{SPECIAL}' into pretokens)")
+    count_scaling(ctx, s)
     return s
+
+
+COUNT_SCALING_BYTES = {False: 20_000_000, True: 5_000_000}
+COUNT_SCALING_CORPORA = (("English", "en_100M.txt"), ("multilingual", "multi_25M.txt"), ("code", "code_25M.txt"))
+
+
+def count_scaling(ctx: Context, s: Section) -> None:
+    """Issue 15: on 20 MB of English, multilingual and code text, ``count --workers 1`` at
+    least 8x the MB/s of a bare ``Counter(regex.findall(GPT2))``, and ``--workers 2`` at
+    least 1.7x ``--workers 1`` (CLI walls, start-up included; the stores compared)."""
+    nbytes = COUNT_SCALING_BYTES[ctx.quick]
+    for label, filename in COUNT_SCALING_CORPORA:
+        text = ctx.prefix(ctx.data("corpora", filename), nbytes)
+        mb = size_mb(text)
+        scan = ctx.fn(f"regex scan ({label})", W.regex_scan, str(text))
+        regex_row = s.add(row_from(s.name, "regex", f"{label} {mb:.0f} MB: Counter(findall(GPT2)) 1 core", "in-process",
+                                   scan, mb, extra=scan.result), scan)
+        rows = {}
+        for workers in (1, 2):
+            store = ctx.tmp / f"count-{label}-w{workers}"
+            m = ctx.cmd(f"bpe-stream count -w {workers} ({label})",
+                        [*ctx.bpe, "count", "--workers", workers, "--store", store, "--special-token", SPECIAL, text],
+                        setup=fresh(store))
+            rows[workers] = s.add(row_from(s.name, "bpe-stream", f"{label} {mb:.0f} MB: count --workers {workers}", "CLI wall",
+                                           m, mb, extra=parse_count_summary(m.stderr_tail)), m)
+        same = W.stores_equal(str(ctx.tmp / f"count-{label}-w1"), str(ctx.tmp / f"count-{label}-w2"))
+        one, two = rows[1], rows[2]
+        r1, r2 = one.mb_s / regex_row.mb_s, one.seconds / two.seconds
+        s.info.setdefault("issue15_count", {})[label] = {"w1_over_regex": r1, "w2_over_w1": r2, "same_store": same}
+        s.note(f"issue 15, {label}: count -w1 {one.mb_s:.2f} MB/s vs regex {regex_row.mb_s:.2f} MB/s: x{r1:.2f} "
+               f"(target >= 8: {'met' if r1 >= 8 else 'NOT met'}); -w2 {two.mb_s:.2f} MB/s = x{r2:.2f} of -w1 "
+               f"(target >= 1.7: {'met' if r2 >= 1.7 else 'NOT met'}); stores of -w1 and -w2 identical: {same}")
 
 
 def section_train_large(ctx: Context) -> Section:
@@ -488,12 +526,30 @@ def section_train_large(ctx: Context) -> Section:
            lambda: ctx.fn("HF train", W.hf_train, [str(text)], vocab, [SPECIAL]))
     s.peer("rustbpe", "train from documents", "process wall", mb,
            lambda: ctx.fn("rustbpe train", W.rustbpe_train, str(text), vocab, [SPECIAL]))
+    s.peer("fast-bpe-rs", "train from documents", "process wall", mb,
+           lambda: ctx.fn("fast-bpe-rs train", W.fast_bpe_train, str(text), vocab, [SPECIAL]))
     # peers: compare process walls (start-up + import + read + train), like the CLI's
     for r in s.rows:
         if r.tool != "bpe-stream" and r.wall_s:
             r.extra["in_process_seconds"] = r.seconds
             r.seconds = r.wall_s
+    half_of_fastest(s, s.rows[2])
     return s
+
+
+def half_of_fastest(s: Section, mine: Row) -> None:
+    """Issue 15: count + train at most 0.5x the wall time of the fastest of rustbpe and
+    fast-bpe-rs on the same file, with peak RSS beside."""
+    rivals = [r for r in s.rows if r.tool in ("rustbpe", "fast-bpe-rs") and r.seconds and not r.error]
+    if not rivals or not mine.seconds:
+        s.note("issue 15: no rustbpe / fast-bpe-rs row to compare count + train with")
+        return
+    best = min(rivals, key=lambda r: r.seconds)
+    ratio = mine.seconds / best.seconds
+    s.info.update(issue15_train_ratio=ratio)
+    s.note(f"issue 15: {mine.phase} {mine.seconds:.2f} s ({fmt(mine.peak_rss_mb, ',.0f')} MB peak, "
+           f"{fmt(mine.peak_anon_mb, ',.0f')} MB anonymous) vs the fastest peer {best.tool} {best.seconds:.2f} s "
+           f"({fmt(best.peak_rss_mb, ',.0f')} MB): x{ratio:.2f} (target <= 0.5: {'met' if ratio <= 0.5 else 'NOT met'})")
 
 
 def encode_tokenizer(ctx: Context, s: Section, text: Path) -> Path:
@@ -585,6 +641,8 @@ def section_encode(ctx: Context) -> Section:
     tt = s.peer("tiktoken", "encode, 1 thread", "in-process", mb,
                 lambda: ctx.fn("tiktoken encode", W.tiktoken_encode, str(tok), str(text)))
     one = {"RAYON_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+    tk = s.peer("tokie", "encode, 1 thread", "in-process", mb,
+                lambda: ctx.fn("tokie encode (1 thread)", W.tokie_encode, str(tok), str(text), str(ctx.tmp), env=one))
     s.peer("HF tokenizers", "encode per document, 1 thread", "in-process", mb,
            lambda: ctx.fn("HF encode (1 thread)", W.hf_encode, str(tok), str(text), False, env=one))
     hf = s.peer("HF tokenizers", f"encode_batch, {os.cpu_count()} threads", "in-process", mb,
@@ -602,7 +660,23 @@ def section_encode(ctx: Context) -> Section:
     if same:
         s.note(f"same ids as Tokenizer.encode ({lib.result['tokens']:,} tokens): {'; '.join(same)}")
     encode_notes(s, lib, start, cli, tt, hf)
+    encode_targets(s, cli, tt, tk)
     return s
+
+
+def encode_targets(s: Section, cli: dict, tt: Optional[Row], tk: Optional[Row]) -> None:
+    """Issue 15: the CLI with one worker (its whole wall: start-up, load, read, write) at
+    least 1.0x tokie's MB/s on one core and 2.5x tiktoken's; two workers faster than one."""
+    for form in ("u32", "txt"):
+        one, two = cli[(form, 1)], cli[(form, 2)]
+        for peer, target in ((tk, 1.0), (tt, 2.5)):
+            if peer is None or not peer.seconds:
+                continue
+            ratio = one.mb_s / peer.mb_s
+            s.note(f"issue 15: CLI --format {form} --workers 1 {one.mb_s:.2f} MB/s vs {peer.tool} one thread "
+                   f"{peer.mb_s:.2f} MB/s: x{ratio:.2f} (target >= {target}: {'met' if ratio >= target else 'NOT met'})")
+        s.note(f"issue 15: CLI --format {form} --workers 2 / --workers 1 = x{one.seconds / two.seconds:.2f} "
+               f"(target > 1: {'met' if two.seconds < one.seconds else 'NOT met'})")
 
 
 def encode_notes(s: Section, lib: Measurement, start: Measurement, cli: dict, tt: Optional[Row], hf: Optional[Row]) -> None:
@@ -919,11 +993,14 @@ def section_peers(ctx: Context, name: str, filename: str) -> Section:
            lambda: ctx.fn("HF train", W.hf_train, [str(text)], PEER_VOCAB, [SPECIAL]))
     s.peer("rustbpe", "train from documents", "process wall", mb,
            lambda: ctx.fn("rustbpe train", W.rustbpe_train, str(text), PEER_VOCAB, [SPECIAL]))
+    s.peer("fast-bpe-rs", "train from documents", "process wall", mb,
+           lambda: ctx.fn("fast-bpe-rs train", W.fast_bpe_train, str(text), PEER_VOCAB, [SPECIAL]))
     for r in s.rows:  # peers: process walls (start-up + import + read + train), like the CLI's
         if r.tool != "bpe-stream" and r.wall_s:
             r.extra["in_process_seconds"] = r.seconds
             r.seconds = r.wall_s
     base, peers = s.rows[2], [r for r in s.rows[3:] if r.seconds]
+    half_of_fastest(s, base)
     # The lean run: count in one process (--workers 1), whose peak RSS is not the sum of a
     # pool of forked interpreters; train the same.
     lean_store = ctx.tmp / f"{name}-store-1w"
@@ -1040,7 +1117,7 @@ def versions() -> dict:
     from importlib import metadata
 
     out = {}
-    for dist in ("bpe-stream", "regex", "lmdb", "tokenizers", "tiktoken", "rustbpe", "matplotlib"):
+    for dist in ("bpe-stream", "regex", "lmdb", "tokenizers", "tiktoken", "rustbpe", "fast-bpe-rs", "tokie", "matplotlib"):
         try:
             out[dist] = metadata.version(dist)
         except metadata.PackageNotFoundError:

@@ -11,6 +11,7 @@ same phase (``time.process_time``: all threads), which a busy machine inflates l
 from __future__ import annotations
 
 import hashlib
+import os
 import time
 from array import array
 from collections import Counter
@@ -156,6 +157,25 @@ def rustbpe_train(path: str, vocab_size: int, specials: Sequence[str]) -> dict:
     return {"seconds": seconds, "cpu_seconds": cpu, "vocab_size": tok.vocab_size, "merges": tok.vocab_size - 256}
 
 
+def fast_bpe_train(path: str, vocab_size: int, specials: Sequence[str]) -> dict:
+    """fast-bpe-rs ``BPE(GPT2).train`` from the list of documents (the file split at the
+    special token: its ``train`` takes a sequence, so the documents are all in memory, as
+    its README shows).  Like rustbpe it learns ``vocab_size - len(specials)`` tokens.  The
+    read and split are timed (``read_seconds`` says how much of it they were)."""
+    from fast_bpe_rs import BPE
+
+    from bpe_stream.pretokenize import GPT2_PATTERN
+
+    t0, c0 = time.perf_counter(), time.process_time()
+    docs = list(iter_documents(path))
+    read = time.perf_counter() - t0
+    bpe = BPE(GPT2_PATTERN)
+    bpe.train(vocab_size - len(specials), docs)
+    seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
+    return {"seconds": seconds, "cpu_seconds": cpu, "read_seconds": read, "vocab_size": vocab_size - len(specials),
+            "merges": vocab_size - len(specials) - 256}
+
+
 def hf_train(paths: Sequence[str], vocab_size: int, specials: Sequence[str]) -> dict:
     """HF ``tokenizers``: BPE + ByteLevel pre-tokenizer (GPT-2 regex), BpeTrainer with the
     256 bytes as initial alphabet, trained from the files (HF reads them line by line)."""
@@ -269,6 +289,42 @@ def hf_encode(tokenizer: str, path: str, batch: bool = False) -> dict:
             arr.extend(hf.encode(doc, add_special_tokens=False).ids)
     seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
     return {"seconds": seconds, "cpu_seconds": cpu, "build_seconds": build, "tokens": len(arr), "digest": ids_digest(arr)}
+
+
+def tokie_encode(tokenizer: str, path: str, workdir: str) -> dict:
+    """tokie (one call, ``Tokenizer.encode(text, add_special_tokens=False)``) on the whole
+    text in memory, loaded from the HF ``tokenizer.json`` of our tokenizer (written by
+    ``hf_tokenizer``); run it with RAYON_NUM_THREADS=1 for one core."""
+    import tokie
+
+    t0 = time.perf_counter()
+    hf_json = os.path.join(workdir, "tokie-tokenizer.json")
+    hf_tokenizer(tokenizer).save(hf_json)
+    tok = tokie.Tokenizer.from_json(hf_json)
+    build = time.perf_counter() - t0
+    text = read_text(path)
+    t0, c0 = time.perf_counter(), time.process_time()
+    ids = tok.encode(text, add_special_tokens=False).ids
+    seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
+    return {"seconds": seconds, "cpu_seconds": cpu, "build_seconds": build, "tokens": len(ids), "digest": ids_digest(ids)}
+
+
+def stores_equal(a: str, b: str) -> bool:
+    """Two stores hold the same words with the same counts and the same totals."""
+    from bpe_stream.store import Store
+
+    def content(path):
+        store = Store.open(path, readonly=True)
+        try:
+            with store.reader() as txn:
+                h = hashlib.sha256()
+                for word, n in store.iter_words(txn):
+                    h.update(len(word).to_bytes(8, "little") + word + n.to_bytes(8, "little"))
+                return h.hexdigest(), store.totals(txn)
+        finally:
+            store.close()
+
+    return content(a) == content(b)
 
 
 def file_digest(path: str) -> str:
