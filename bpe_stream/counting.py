@@ -42,6 +42,7 @@ from operator import add
 from typing import Callable, Iterable, List, Optional, Tuple
 
 from .count_table import CountTable, unpack_counts
+from .errors import SettingsError
 from .runner import LocalRunner
 from .pretokenize import (
     Pretokenizer,
@@ -79,6 +80,17 @@ def make_settings(pretokenizer: str = "gpt2", special_tokens: Iterable[str] = ()
     SpecialSplitter(specials)  # validates
     check_end_of_word(end_of_word, specials)
     return {"pretokenizer": pre.name, "pattern": pre.pattern, "special_tokens": specials, "end_of_word": end_of_word}
+
+
+def resolve_settings(given: dict, recorded: Optional[dict] = None) -> dict:
+    """The counting settings of a run: the options given (``pretokenizer``, ``special_tokens``,
+    ``end_of_word``; None where not given), the store's recorded ones for the others (defaults
+    in a new store), checked (:func:`make_settings`)."""
+    merged = {k: (recorded[k] if v is None and recorded is not None else v) for k, v in given.items()}
+    return make_settings(
+        "gpt2" if merged["pretokenizer"] is None else merged["pretokenizer"],
+        merged["special_tokens"] or [], merged["end_of_word"],
+    )
 
 
 def default_workers() -> int:
@@ -383,13 +395,13 @@ def make_runner(engine: str = "local", workers: int = 1, scheduler: Optional[str
     """The engine that runs counting units: ``local`` processes or a ``dask`` cluster."""
     if engine == "local":
         if scheduler:
-            raise ValueError("--scheduler goes with --engine dask")
+            raise SettingsError("--scheduler goes with --engine dask")
         return LocalRunner(workers)
     if engine == "dask":
         from .engines.dask_engine import DaskRunner
 
         return DaskRunner(workers, scheduler)
-    raise ValueError(f"unknown engine {engine!r}; choose one of {', '.join(ENGINES)}")
+    raise SettingsError(f"unknown engine {engine!r}; choose one of {', '.join(ENGINES)}")
 
 
 def count_sources(

@@ -28,12 +28,11 @@ import os
 import shutil
 import sys
 from array import array
-from contextlib import contextmanager
 from typing import List, Optional, Sequence, Tuple
 
 import lmdb
 
-from .merge_engine import INT64_MAX, Merge, TrainError, Words, word_sequences
+from .merge_engine import INT64_MAX, Merge, Words, engine_limits, word_sequences
 from .native import agree
 from .native import fastbpe as _fastbpe
 from .store import StoreError
@@ -213,14 +212,10 @@ class DiskSequences:
         return self._begin().cursor().getmulti(keys)
 
 
-@contextmanager
 def _index_limits():
-    """The pair index's OverflowError (a count past what it holds in 32 bits: word ids,
-    pairs, tokens, list lengths) as the trainer's error."""
-    try:
-        yield
-    except OverflowError as exc:
-        raise TrainError(f"the corpus is too large for the disk path's pair index ({exc})") from None
+    """The pair index's limits (a count past what it holds in 32 bits: word ids, pairs,
+    tokens, list lengths; a pair count past 2**63-1) as the trainer's errors."""
+    return engine_limits("the corpus is too large for the disk path's pair index ({})")
 
 
 class DiskEngine:

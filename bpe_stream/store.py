@@ -37,6 +37,7 @@ LMDB writes to it through a map (on a full disk that write was a SIGBUS).
 from __future__ import annotations
 
 import errno
+import heapq
 import os
 from contextlib import contextmanager
 from typing import Iterator, Optional, Tuple
@@ -44,6 +45,7 @@ from typing import Iterator, Optional, Tuple
 import lmdb
 import msgpack
 
+from .errors import UserError
 from .native import fastbpe as _native  # None without a C compiler: stores are then opened unchecked
 
 FORMAT_VERSION = 1
@@ -67,7 +69,7 @@ DIGEST_FIELDS = ("digest", "chain", "head")
 _STAGED = b"staged/"  # in meta: + 4-byte big-endian chunk number -> msgpack [keys, counts]
 
 
-class StoreError(Exception):
+class StoreError(UserError):
     """A store that is missing, not ours, of another format or another setting."""
 
 
@@ -811,6 +813,45 @@ class Store:
             if os.path.exists(p):
                 total += os.stat(p).st_blocks * 512
         return total
+
+    def stats(self, top: int = 10) -> dict:
+        """What the store holds (``bpe-stream stats``): settings, totals, unique pretokens and
+        their bytes, files, size on disk, the estimated memory of training in memory, and the
+        ``top`` most frequent pretokens (count first, then bytes).  One pass over the words."""
+        from .estimate import estimate_train_memory
+
+        with self.reader() as txn:
+            info_ = self.info(txn)
+            if info_ is None:
+                raise StoreError(f"the store at {self.path} is empty; run 'bpe-stream count' first")
+            totals = info_["totals"]
+            unique = self.unique_words(txn)
+            symbols = 0
+            best = []
+            for word, n in self.iter_words(txn):
+                symbols += len(word)
+                if len(best) < top:
+                    heapq.heappush(best, (n, word))
+                elif top and n > best[0][0]:
+                    heapq.heapreplace(best, (n, word))
+            sources = sum(1 for _ in self.iter_sources(txn))
+        return {
+            "store": self.path,
+            "settings": info_["settings"],
+            "documents": totals.get("documents", 0),
+            "bytes": totals.get("bytes", 0),
+            "pretokens": totals.get("pretokens", 0),
+            "special_tokens_seen": totals.get("specials", 0),
+            "unique_pretokens": unique,
+            "unique_pretokens_bytes": symbols,
+            "files": sources,
+            "disk_bytes": self.disk_bytes(),
+            "estimated_train_memory_bytes": estimate_train_memory(unique, symbols),
+            "top": [
+                {"pretoken": w.decode("utf-8", "backslashreplace"), "count": n}
+                for n, w in sorted(best, key=lambda x: (-x[0], x[1]))
+            ],
+        }
 
 
 _ZERO_TOTALS = {"bytes": 0, "documents": 0, "pretokens": 0, "specials": 0, "unique": 0, "unique_bytes": 0}
