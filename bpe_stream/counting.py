@@ -27,6 +27,12 @@ batch is flushed whenever it reaches its share of the memory budget (:func:`flus
 committed whole with the totals and each file's progress (the byte offset its counts reach)
 by :meth:`Store.add_batch`, so a killed run leaves a store in which every batch counts
 whole or not at all, and a rerun resumes each file where its committed counts end.
+
+Performance notes (the figures behind the memory constants, 2026-12): a counter entry (a
+str key of ~8 characters, a dict slot, an int) cost 105 bytes under tracemalloc on generated
+web text (``COUNTER_ENTRY_BYTES`` rounds it up to 128); a worker counting an 8 MiB range of
+generated web text with its long tail peaked at ~90 MB, the interpreter's pages it shares
+with the parent included (``WORKER_BYTES``, 96 MiB).
 """
 
 from __future__ import annotations
@@ -58,15 +64,14 @@ from .scan import NATIVE_PATTERNS, first_invalid_utf8
 from .sources import Claims, FilePlan, feed, plan_files, range_hasher
 from .store import Store, StoreError
 
-# Bytes one counter entry costs in CPython (a str key of ~8 characters, a dict slot, an
-# int), measured with tracemalloc on generated web text (105), rounded up.
+# Bytes one counter entry costs in CPython (a str key, a dict slot, an int), rounded up
+# from a measurement (performance notes above).
 COUNTER_ENTRY_BYTES = 128
 # Share of the budget for the counter: a flush also needs the sorted keys and LMDB's dirty
 # pages, and results from the workers keep arriving.
 COUNTER_SHARE = 0.35
-# What the budget keeps aside for each worker process before the counter's share: the peak
-# of a worker counting an 8 MiB range of generated web text with its long tail was ~90 MB
-# (the interpreter's pages it shares with the parent included).
+# What the budget keeps aside for each worker process before the counter's share: a
+# worker's measured peak, rounded up (performance notes above).
 WORKER_BYTES = 96 << 20
 DEFAULT_MAX_MEMORY = 1 << 30
 RANGE_BYTES = 8 << 20  # one task of a worker
