@@ -14,6 +14,7 @@ import typer
 from .cli_common import QuietOpt, StoreOpt, parse_size, say, store_path, user_errors
 
 DEFAULT_BUDGET = "256M"  # store_merge.DEFAULT_BUDGET, as --max-memory says it
+BudgetOpt = typer.Option(DEFAULT_BUDGET, "--max-memory", help="Counts held before a write to the store.")
 
 
 def export_counts_cmd(
@@ -34,7 +35,7 @@ def export_counts_cmd(
 def import_counts_cmd(
     paths: List[str] = typer.Argument(..., help="Counts files (the format of export-counts; .gz is fine)."),
     store: Optional[str] = StoreOpt,
-    max_memory: str = typer.Option(DEFAULT_BUDGET, "--max-memory", help="Counts held before a write to the store."),
+    max_memory: str = BudgetOpt,
     again: bool = typer.Option(False, "--again", help="Import files that were imported before once more."),
     quiet: bool = QuietOpt,
 ):
@@ -55,7 +56,7 @@ def import_counts_cmd(
 def merge_stores_cmd(
     sources: List[str] = typer.Argument(..., help="Stores to add into --store (counted with the same settings)."),
     store: Optional[str] = StoreOpt,
-    max_memory: str = typer.Option(DEFAULT_BUDGET, "--max-memory", help="Counts held before a write to the store."),
+    max_memory: str = BudgetOpt,
     again: bool = typer.Option(False, "--again", help="Merge stores that were merged before once more."),
     quiet: bool = QuietOpt,
 ):
