@@ -29,13 +29,15 @@ import sys
 from contextlib import contextmanager
 from typing import BinaryIO, Tuple
 
+from .errors import UserError
+
 PARTIAL_TAG = "bpe-stream-partial"
 _NAME_MAX = 255
 # Errors of writing the data itself (no file name attached): reported with the output's path.
 _WRITE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO, errno.EROFS}
 
 
-class OutputError(ValueError):
+class OutputError(UserError, ValueError):
     """An output path that cannot be written (one line naming the path the user gave)."""
 
 

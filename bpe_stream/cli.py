@@ -1,105 +1,41 @@
 """The ``bpe-stream`` command line (typer): parse, call the library, report.
 
-Data goes to stdout; progress (:mod:`bpe_stream.progress`: a bar on a terminal, log lines
-when stderr is a file, nothing with ``--quiet``), summaries and errors go to stderr.  Every error a user can fix becomes one
-``Error: ...`` line and exit status 1; bad usage is typer's exit status 2.
+Every command registers here, on :data:`app` (the scaling-out ones are defined in
+:mod:`bpe_stream.cli_scale`).  Data goes to stdout; progress (:mod:`bpe_stream.progress`: a
+bar on a terminal, log lines when stderr is a file, nothing with ``--quiet``), summaries and
+errors go to stderr.  Every error a user can fix (:class:`bpe_stream.errors.UserError`)
+becomes one ``Error: ...`` line and exit status 1; bad usage is typer's exit status 2; a bug
+is a traceback and exit status 70 (:func:`bpe_stream.cli_common.user_errors`).
 """
 
 from __future__ import annotations
 
-import heapq
 import json
-import math
-import os
-import sys
 import time
 from contextlib import contextmanager
 from typing import List, Optional
 
 import typer
 
-from . import __version__
+from . import __version__, cli_scale
 from .atomic import atomic_write, check_output, stdout_binary
+from .cli_common import (EveryOpt, ProgressOpt, QuietOpt, StoreOpt, TokOpt, fail, parse_size, progress_bar, say,
+                         store_path, user_errors)
 from .estimate import default_budget
-from .counting import count_sources, default_workers, make_runner, make_settings
 from .formats import load_any
 from .formats.native import rules_digest
 from .ids_io import FORMATS, check_format, read_ids
-from .pretokenize import PretokenizeError
-from .progress import STYLES, CountingReader, make_progress, summary_line
-from .reader import STDIN, InputError, Source
-from .store import Store, StoreError
-from .tokenizer import TokenizerError
+from .progress import CountingReader, summary_line
+from .reader import STDIN, Source
 
-# The trainer and pipeline modules are imported by the commands that use them: encode and
-# decode start faster without them.  (TrainError is a ValueError: it is caught below.)
+# The modules that open a store (and so LMDB), train or count are imported by the commands
+# that use them: encode and decode start faster without them, and never load LMDB.
 app = typer.Typer(
     add_completion=False,
     no_args_is_help=True,
     help="Train byte-level BPE tokenizers on corpora larger than RAM; encode and decode in streams.",
     context_settings={"help_option_names": ["-h", "--help"]},
 )
-
-USER_ERRORS = (StoreError, InputError, TokenizerError, PretokenizeError, ValueError)
-try:
-    import lmdb as _lmdb
-
-    USER_ERRORS = USER_ERRORS + (_lmdb.Error,)  # whatever the store layer did not word itself
-except ImportError:  # pragma: no cover
-    pass
-
-StoreOpt = typer.Option(None, "--store", help="Store directory \\[default: $BPE_STREAM_STORE or ./bpe-store].")
-QuietOpt = typer.Option(False, "--quiet", "-q", help="No progress bar or summary on stderr.")
-EveryOpt = typer.Option(
-    None, "--progress-every", min=0.0,
-    help="When stderr is not a terminal: a progress line every S seconds, and one at the end (0: none) \\[default: 60].",
-)
-def _check_style(value: str) -> str:
-    if value not in STYLES:  # refused before any work (a store created, a file read)
-        raise typer.BadParameter(f"must be one of {', '.join(STYLES)}, not {value!r}")
-    return value
-
-
-ProgressOpt = typer.Option("text", "--progress", callback=_check_style, help="text (a bar on a terminal, else plain lines) or json (one JSON object per line).")
-TokOpt = typer.Option(..., "--tokenizer", "-t", help="Tokenizer file (or GPT-2 vocab.json+merges.txt directory).")
-
-
-def fail(message: str) -> None:
-    typer.echo(f"Error: {message}", err=True)
-    raise typer.Exit(1)
-
-
-@contextmanager
-def user_errors():
-    """Turns library errors into one ``Error:`` line; a closed stdout ends quietly."""
-    try:
-        yield
-    except typer.Exit:
-        raise
-    except KeyboardInterrupt:  # Ctrl-C: one line and the shell's status for SIGINT, no traceback
-        typer.echo("interrupted", err=True)
-        raise typer.Exit(130) from None
-    except USER_ERRORS as exc:
-        fail(str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
-    except BrokenPipeError:
-        try:
-            sys.stdout = None  # the reader went away (`| head`); nothing more to say
-        finally:
-            os._exit(0)
-    except OSError as exc:
-        fail(f"{exc.filename + ': ' if getattr(exc, 'filename', None) else ''}{exc.strerror or exc}")
-    except MemoryError:
-        fail("out of memory; lower --max-memory or free memory")
-
-
-def _settings_of(given: dict, recorded: Optional[dict] = None) -> dict:
-    """The counting settings of a run: the options given, the store's recorded ones for the
-    others (defaults in a new store), checked (``make_settings``)."""
-    merged = {k: (recorded[k] if v is None and recorded is not None else v) for k, v in given.items()}
-    return make_settings(
-        "gpt2" if merged["pretokenizer"] is None else merged["pretokenizer"],
-        merged["special_tokens"] or [], merged["end_of_word"],
-    )
 
 
 @contextmanager
@@ -120,39 +56,6 @@ def _interrupted(store, before: dict, sources):
             err=True,
         )
         raise typer.Exit(130) from None
-
-
-def parse_size(text: str) -> int:
-    """``512M``, ``2G``, ``1.5G``, ``100000`` (bytes) -> bytes."""
-    units = {"": 1, "B": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
-    t = text.strip().upper().removesuffix("IB").removesuffix("B") if text.strip().upper() not in ("", "B") else text
-    unit = t[-1:] if t[-1:] in units and not t[-1:].isdigit() else ""
-    number = t[: len(t) - len(unit)] if unit else t
-    try:
-        value = float(number)
-    except ValueError:
-        raise typer.BadParameter(f"{text!r} is not a size; write e.g. 512M or 2G") from None
-    if not math.isfinite(value * units[unit]):  # nan, inf, 1e400
-        raise typer.BadParameter(f"{text!r} is not a size; write a finite number, e.g. 512M or 2G")
-    if value <= 0:
-        raise typer.BadParameter(f"{text!r}: a size must be positive")
-    return int(value * units[unit])
-
-
-def store_path(store: Optional[str]) -> str:
-    return store or os.environ.get("BPE_STREAM_STORE") or "bpe-store"
-
-
-def progress_bar(quiet: bool, desc: str = "", unit: str = "bytes", total=None, *, every=None, style: str = "text",
-                 unit_scale: bool = False):
-    """The progress of a command on stderr (:func:`bpe_stream.progress.make_progress`): a bar
-    on a terminal, log lines in a file, nothing with ``--quiet``."""
-    return make_progress(quiet, desc, unit, total, every=every, style=style, unit_scale=unit_scale)
-
-
-def say(quiet: bool, message: str) -> None:
-    if not quiet:
-        typer.echo(message, err=True)
 
 
 def version_callback(value: bool):
@@ -191,13 +94,16 @@ def count(
     progress: str = ProgressOpt,
 ):
     """Stream text into the word-frequency store; runs add up."""
+    from .counting import count_sources, default_workers, make_runner, resolve_settings
+    from .store import Store
+
     budget = parse_size(max_memory) if max_memory else default_budget()
     with user_errors():
         sources = [Source.from_arg(p) for p in (paths or [STDIN])]
         given = {"pretokenizer": pretokenizer, "special_tokens": special_token or None, "end_of_word": end_of_word}
-        _settings_of(given)  # bad settings are refused before a new store is created for them
+        resolve_settings(given)  # bad settings are refused before a new store is created for them
         with Store.open(store_path(store), create=True) as st:
-            settings = _settings_of(given, st.settings())
+            settings = resolve_settings(given, st.settings())
             before = st.totals()
             n_workers = workers or default_workers()
             runner = make_runner(engine, n_workers, scheduler) if engine != "local" or scheduler else None
@@ -238,6 +144,7 @@ def train(
 ):
     """Learn the merges from the store and write a tokenizer."""
     from .pipeline import train_from_store
+    from .store import Store
     from .trainer import TrainConfig
 
     budget = parse_size(max_memory) if max_memory else None
@@ -414,43 +321,12 @@ def stats(
     as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
 ):
     """What the store holds: totals, the most frequent pretokens, size on disk, training memory."""
-    from .estimate import estimate_train_memory
+    from .store import Store
 
     with user_errors():
         stdout_binary()
         with Store.open(store_path(store), readonly=True) as st:
-            with st.reader() as txn:
-                info_ = st.info(txn)
-                if info_ is None:
-                    raise StoreError(f"the store at {st.path} is empty; run 'bpe-stream count' first")
-                totals = info_["totals"]
-                unique = st.unique_words(txn)
-                symbols = 0
-                best = []
-                for word, n in st.iter_words(txn):
-                    symbols += len(word)
-                    if len(best) < top:
-                        heapq.heappush(best, (n, word))
-                    elif top and n > best[0][0]:
-                        heapq.heapreplace(best, (n, word))
-                sources = sum(1 for _ in st.iter_sources(txn))
-            data = {
-                "store": st.path,
-                "settings": info_["settings"],
-                "documents": totals.get("documents", 0),
-                "bytes": totals.get("bytes", 0),
-                "pretokens": totals.get("pretokens", 0),
-                "special_tokens_seen": totals.get("specials", 0),
-                "unique_pretokens": unique,
-                "unique_pretokens_bytes": symbols,
-                "files": sources,
-                "disk_bytes": st.disk_bytes(),
-                "estimated_train_memory_bytes": estimate_train_memory(unique, symbols),
-                "top": [
-                    {"pretoken": w.decode("utf-8", "backslashreplace"), "count": n}
-                    for n, w in sorted(best, key=lambda x: (-x[0], x[1]))
-                ],
-            }
+            data = st.stats(top)
         if as_json:
             typer.echo(json.dumps(data, ensure_ascii=False, indent=2))
             return
@@ -558,13 +434,16 @@ def _round_trip_word(row: dict) -> str:
     return "lossy (by design: --end-of-word)" if row["lossy_by_design"] else "FAILED"
 
 
+# -- scaling out (bpe_stream.cli_scale) ----------------------------------------------
+# Every command registers here, on the one app; cli_scale defines its commands without it.
+app.command("export-counts")(cli_scale.export_counts_cmd)
+app.command("import-counts")(cli_scale.import_counts_cmd)
+app.command("merge-stores")(cli_scale.merge_stores_cmd)
+
+
 def main():
     app(prog_name="bpe-stream")
 
 
-from . import cli_scale  # noqa: E402,F401  (registers import-counts, export-counts, merge-stores)
-
-if __name__ == "__main__":  # python -m bpe_stream.cli: run the package's app, where every command is registered
-    from bpe_stream.cli import main as _package_main
-
-    _package_main()
+if __name__ == "__main__":  # python -m bpe_stream.cli (python -m bpe_stream is __main__.py)
+    main()

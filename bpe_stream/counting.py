@@ -27,6 +27,12 @@ batch is flushed whenever it reaches its share of the memory budget (:func:`flus
 committed whole with the totals and each file's progress (the byte offset its counts reach)
 by :meth:`Store.add_batch`, so a killed run leaves a store in which every batch counts
 whole or not at all, and a rerun resumes each file where its committed counts end.
+
+Performance notes (the figures behind the memory constants, 2026-12): a counter entry (a
+str key of ~8 characters, a dict slot, an int) cost 105 bytes under tracemalloc on generated
+web text (``COUNTER_ENTRY_BYTES`` rounds it up to 128); a worker counting an 8 MiB range of
+generated web text with its long tail peaked at ~90 MB, the interpreter's pages it shares
+with the parent included (``WORKER_BYTES``, 96 MiB).
 """
 
 from __future__ import annotations
@@ -42,6 +48,7 @@ from operator import add
 from typing import Callable, Iterable, List, Optional, Tuple
 
 from .count_table import CountTable, unpack_counts
+from .errors import SettingsError
 from .runner import LocalRunner
 from .pretokenize import (
     Pretokenizer,
@@ -57,15 +64,14 @@ from .scan import NATIVE_PATTERNS, first_invalid_utf8
 from .sources import Claims, FilePlan, feed, plan_files, range_hasher
 from .store import Store, StoreError
 
-# Bytes one counter entry costs in CPython (a str key of ~8 characters, a dict slot, an
-# int), measured with tracemalloc on generated web text (105), rounded up.
+# Bytes one counter entry costs in CPython (a str key, a dict slot, an int), rounded up
+# from a measurement (performance notes above).
 COUNTER_ENTRY_BYTES = 128
 # Share of the budget for the counter: a flush also needs the sorted keys and LMDB's dirty
 # pages, and results from the workers keep arriving.
 COUNTER_SHARE = 0.35
-# What the budget keeps aside for each worker process before the counter's share: the peak
-# of a worker counting an 8 MiB range of generated web text with its long tail was ~90 MB
-# (the interpreter's pages it shares with the parent included).
+# What the budget keeps aside for each worker process before the counter's share: a
+# worker's measured peak, rounded up (performance notes above).
 WORKER_BYTES = 96 << 20
 DEFAULT_MAX_MEMORY = 1 << 30
 RANGE_BYTES = 8 << 20  # one task of a worker
@@ -79,6 +85,17 @@ def make_settings(pretokenizer: str = "gpt2", special_tokens: Iterable[str] = ()
     SpecialSplitter(specials)  # validates
     check_end_of_word(end_of_word, specials)
     return {"pretokenizer": pre.name, "pattern": pre.pattern, "special_tokens": specials, "end_of_word": end_of_word}
+
+
+def resolve_settings(given: dict, recorded: Optional[dict] = None) -> dict:
+    """The counting settings of a run: the options given (``pretokenizer``, ``special_tokens``,
+    ``end_of_word``; None where not given), the store's recorded ones for the others (defaults
+    in a new store), checked (:func:`make_settings`)."""
+    merged = {k: (recorded[k] if v is None and recorded is not None else v) for k, v in given.items()}
+    return make_settings(
+        "gpt2" if merged["pretokenizer"] is None else merged["pretokenizer"],
+        merged["special_tokens"] or [], merged["end_of_word"],
+    )
 
 
 def default_workers() -> int:
@@ -383,13 +400,13 @@ def make_runner(engine: str = "local", workers: int = 1, scheduler: Optional[str
     """The engine that runs counting units: ``local`` processes or a ``dask`` cluster."""
     if engine == "local":
         if scheduler:
-            raise ValueError("--scheduler goes with --engine dask")
+            raise SettingsError("--scheduler goes with --engine dask")
         return LocalRunner(workers)
     if engine == "dask":
         from .engines.dask_engine import DaskRunner
 
         return DaskRunner(workers, scheduler)
-    raise ValueError(f"unknown engine {engine!r}; choose one of {', '.join(ENGINES)}")
+    raise SettingsError(f"unknown engine {engine!r}; choose one of {', '.join(ENGINES)}")
 
 
 def count_sources(

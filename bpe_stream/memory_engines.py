@@ -10,11 +10,10 @@ from __future__ import annotations
 import heapq
 import os
 import sys
-from contextlib import contextmanager
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from .bpe import LOW_MASK, PAIR_SHIFT, TIE_BREAKS, count_pairs, merge_word, tie_break_keys
-from .merge_engine import INT64_MAX, Merge, TrainError, Words, word_arrays, word_sequences
+from .merge_engine import INT64_MAX, Merge, TrainError, Words, engine_limits, word_arrays, word_sequences
 from .native import agree
 from .native import fastbpe as _fastbpe  # the C merge loop (csrc/merge_loop.c), or None: the Python engine only
 
@@ -148,13 +147,10 @@ class PythonEngine:
         self.words, self.freqs, self.pair_counts, self.where, self.heap = [], [], {}, {}, []
 
 
-@contextmanager
 def _too_large():
-    """The C loop's OverflowError (a count past what it holds in 32 bits) as the trainer's error."""
-    try:
-        yield
-    except OverflowError as exc:
-        raise TrainError(f"the corpus is too large for the in-memory trainer ({exc}); train with --path disk") from None
+    """The C loop's limits (a count past what it holds in 32 bits, a pair count past 2**63-1)
+    as the trainer's errors."""
+    return engine_limits("the corpus is too large for the in-memory trainer ({}); train with --path disk")
 
 
 class CEngine:

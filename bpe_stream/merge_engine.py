@@ -24,7 +24,10 @@ the C loop copies the arrays and lets them go before its tables grow).
 from __future__ import annotations
 
 from array import array
+from contextlib import contextmanager
 from typing import Iterable, Iterator, List, Optional, Protocol, Sequence, Tuple, Union
+
+from .errors import UserError
 
 INT64_MAX = (1 << 63) - 1  # a limit or threshold past it is as good as none (C takes int64)
 # The C loops' words (common.c, BS_COUNT_OVERFLOW) for the Python engine's counts past int64.
@@ -33,9 +36,25 @@ COUNT_OVERFLOW = "the pair counts of these words pass 2**63-1, the limit of the 
 Merge = Tuple[int, int, int]  # (left, right, count)
 
 
-class TrainError(ValueError):
+class TrainError(UserError, ValueError):
     """Training settings that cannot work (a vocabulary smaller than the base, ...), or
     words too large for an engine."""
+
+
+@contextmanager
+def engine_limits(too_large: str):
+    """A C engine's limits as the trainer's errors: its OverflowError (a count past what it
+    holds in 32 bits) as ``TrainError(too_large.format(exc))``, and its ValueError for a pair
+    count past 2**63-1 (the words of :data:`COUNT_OVERFLOW`, ``csrc/common.c``: the store's
+    counts did it) as ``TrainError(COUNT_OVERFLOW)``.  Any other ValueError is a bug and stays one."""
+    try:
+        yield
+    except OverflowError as exc:
+        raise TrainError(too_large.format(exc)) from None
+    except ValueError as exc:
+        if str(exc) != COUNT_OVERFLOW:
+            raise
+        raise TrainError(COUNT_OVERFLOW) from None
 
 
 class WordArrays:

@@ -20,6 +20,8 @@ from typing import Callable, Iterator, Optional, Sequence
 
 import regex
 
+from .errors import UserError
+
 GPT2_PATTERN = r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
 # tiktoken's cl100k_base and o200k_base patterns, character for character.
 CL100K_PATTERN = (
@@ -63,7 +65,7 @@ _CUT_NOT_NEWLINE = regex.compile(r"(?r)(?<=\S)[^\S\r\n]")
 CUSTOM_LOOKAHEAD_MARGIN = 4096
 
 
-class PretokenizeError(ValueError):
+class PretokenizeError(UserError, ValueError):
     """Input a pretokenizer cannot handle (for example text a custom pattern does not cover)."""
 
 

@@ -17,11 +17,13 @@ import sys
 from dataclasses import dataclass
 from typing import BinaryIO, Iterator, Tuple
 
+from .errors import UserError
+
 CHUNK_BYTES = 1 << 20
 STDIN = "-"
 
 
-class InputError(Exception):
+class InputError(UserError):
     """An input that cannot be read (missing, a directory, unreadable, not UTF-8 under --strict-utf8)."""
 
 

@@ -20,6 +20,13 @@ machine swaps or pages), it never subsamples or prunes pairs.
 
 :class:`DiskEngine` is a ``merge_engine.MergeEngine``: the training driver
 (``train_driver.drive``) runs it as it runs the in-memory engines.
+
+Performance notes (measured 2026-12, the figures behind :class:`DiskSequences`' choice of
+``writemap``): with the table inside its mapped-pages budget, writing rows in place in the
+shared map saved the copy into malloc'ed pages and the pwrite at every commit, a third of
+the CPU time on 20 MB of generated text; past the budget, with the map dropped again and
+again, re-faulting dirty shared pages cost more than it saved (100 MB: 153 s with
+writemap, 115 s without).
 """
 
 from __future__ import annotations
@@ -28,12 +35,11 @@ import os
 import shutil
 import sys
 from array import array
-from contextlib import contextmanager
 from typing import List, Optional, Sequence, Tuple
 
 import lmdb
 
-from .merge_engine import INT64_MAX, Merge, TrainError, Words, word_sequences
+from .merge_engine import INT64_MAX, Merge, Words, engine_limits, word_sequences
 from .native import agree
 from .native import fastbpe as _fastbpe
 from .store import StoreError
@@ -80,10 +86,9 @@ class DiskSequences:
 
     When the whole table fits in its mapped-pages budget the environment uses
     ``writemap``: rows are written in place in the shared map instead of being copied into
-    malloc'ed pages and written out with pwrite at every commit (a third of the CPU time on
-    20 MB of generated text).  When it does not, the map is dropped again and again, and
-    re-faulting dirty shared pages costs more than it saves (measured on 100 MB: 153 s
-    against 115 s), so writemap is off.  A write into a map whose file has no disk block
+    malloc'ed pages and written out with pwrite at every commit.  When it does not, the map
+    is dropped again and again, and re-faulting dirty shared pages costs more than it saves,
+    so writemap is off (the figures: the module's performance notes).  A write into a map whose file has no disk block
     behind it would kill the process with SIGBUS on a full disk, so with writemap the whole
     map is reserved with ``posix_fallocate`` before use and again whenever it grows: a full
     disk is then a clean error.  Without ``posix_fallocate`` writemap is not used.
@@ -213,14 +218,10 @@ class DiskSequences:
         return self._begin().cursor().getmulti(keys)
 
 
-@contextmanager
 def _index_limits():
-    """The pair index's OverflowError (a count past what it holds in 32 bits: word ids,
-    pairs, tokens, list lengths) as the trainer's error."""
-    try:
-        yield
-    except OverflowError as exc:
-        raise TrainError(f"the corpus is too large for the disk path's pair index ({exc})") from None
+    """The pair index's limits (a count past what it holds in 32 bits: word ids, pairs,
+    tokens, list lengths; a pair count past 2**63-1) as the trainer's errors."""
+    return engine_limits("the corpus is too large for the disk path's pair index ({})")
 
 
 class DiskEngine:

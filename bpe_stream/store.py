@@ -12,8 +12,7 @@ Owns the on-disk layout and nothing of BPE:
 * ``train``: training checkpoints (their layout: ``store_checkpoint.py``).
 
 A batch of counts is one transaction when it is small.  A large one would dirty (and map)
-about one B-tree page per key it touches -- a 1.7M-key batch into an 18M-key store took
-500 MB of dirty pages and 1 GB of mapped file -- so :meth:`Store.add_batch` stages it
+about one B-tree page per key it touches (see the performance notes below), so :meth:`Store.add_batch` stages it
 first: its sorted counts go into ``meta`` as compact chunks together with a ``pending``
 record holding the batch's source records and totals (one transaction, written
 sequentially), then each chunk is added in its own transaction that also deletes it, and
@@ -32,11 +31,23 @@ before LMDB touches a page; :meth:`Store.iter_words` checks the values it decode
 check record (sum and number of the counts) that :meth:`Store.add_counts` keeps.  Damage is
 one :class:`StoreError` naming the store.  LMDB's lock file is given its disk blocks before
 LMDB writes to it through a map (on a full disk that write was a SIGBUS).
+
+Performance notes (measured 2026-12, one server; the figures behind the constants):
+
+* Staging: a 1.7M-key batch added in one transaction into an 18M-key store took 500 MB of
+  dirty pages and 1 GB of mapped file.
+* ``STAGE_CHUNK_KEYS``: 32,768 sorted keys read from a 55M-key store left 840 MB of it
+  mapped (Linux's fault-around maps up to 16 cached pages around each fault); 4,096 keys a
+  chunk peaked at 110 MB, and the commits cost no more time (20.7 s against 22.3 s for 1.45M
+  keys).  The chunk is 2,048 keys now.
+* The standalone ``_blake2`` module spares the ~4 MB of RSS of the OpenSSL library that
+  ``hashlib`` loads, in every count.
 """
 
 from __future__ import annotations
 
 import errno
+import heapq
 import os
 from contextlib import contextmanager
 from typing import Iterator, Optional, Tuple
@@ -44,6 +55,7 @@ from typing import Iterator, Optional, Tuple
 import lmdb
 import msgpack
 
+from .errors import UserError
 from .native import fastbpe as _native  # None without a C compiler: stores are then opened unchecked
 
 FORMAT_VERSION = 1
@@ -53,9 +65,7 @@ _INITIAL_MAP_SIZE = 1 << 30
 # A batch with more keys than this is staged and applied one chunk of this many keys per
 # transaction, the store re-mapped after each, so the B-tree pages read on the way stop
 # counting as this process's memory.  Small, because Linux maps up to 16
-# cached pages around each page fault ("fault-around"): 32,768 sorted keys read from a
-# 55M-key store left 840 MB of it mapped; 4,096 keys per chunk peaked at 110 MB, and the
-# commits cost no more time (20.7 s vs 22.3 s for 1.45M keys).
+# cached pages around each page fault ("fault-around"; figures in the module docstring).
 STAGE_CHUNK_KEYS = 2048
 _PENDING = b"pending"  # in meta: the staged batch's source records and totals
 # In meta: b"SUM ENTRIES" (decimal) of the words, kept by add_counts in each transaction that
@@ -67,7 +77,7 @@ DIGEST_FIELDS = ("digest", "chain", "head")
 _STAGED = b"staged/"  # in meta: + 4-byte big-endian chunk number -> msgpack [keys, counts]
 
 
-class StoreError(Exception):
+class StoreError(UserError):
     """A store that is missing, not ours, of another format or another setting."""
 
 
@@ -310,7 +320,7 @@ def _check_structure(env, path: str) -> None:
             raise StoreError(_damaged(path, exc)) from None
 
 
-try:  # hashlib's own blake2b, without the OpenSSL library hashlib loads (~4 MB of RSS in every count)
+try:  # hashlib's own blake2b, without the OpenSSL library hashlib loads (performance notes above)
     from _blake2 import blake2b
 except ImportError:  # pragma: no cover - another Python
     from hashlib import blake2b
@@ -811,6 +821,45 @@ class Store:
             if os.path.exists(p):
                 total += os.stat(p).st_blocks * 512
         return total
+
+    def stats(self, top: int = 10) -> dict:
+        """What the store holds (``bpe-stream stats``): settings, totals, unique pretokens and
+        their bytes, files, size on disk, the estimated memory of training in memory, and the
+        ``top`` most frequent pretokens (count first, then bytes).  One pass over the words."""
+        from .estimate import estimate_train_memory
+
+        with self.reader() as txn:
+            info_ = self.info(txn)
+            if info_ is None:
+                raise StoreError(f"the store at {self.path} is empty; run 'bpe-stream count' first")
+            totals = info_["totals"]
+            unique = self.unique_words(txn)
+            symbols = 0
+            best = []
+            for word, n in self.iter_words(txn):
+                symbols += len(word)
+                if len(best) < top:
+                    heapq.heappush(best, (n, word))
+                elif top and n > best[0][0]:
+                    heapq.heapreplace(best, (n, word))
+            sources = sum(1 for _ in self.iter_sources(txn))
+        return {
+            "store": self.path,
+            "settings": info_["settings"],
+            "documents": totals.get("documents", 0),
+            "bytes": totals.get("bytes", 0),
+            "pretokens": totals.get("pretokens", 0),
+            "special_tokens_seen": totals.get("specials", 0),
+            "unique_pretokens": unique,
+            "unique_pretokens_bytes": symbols,
+            "files": sources,
+            "disk_bytes": self.disk_bytes(),
+            "estimated_train_memory_bytes": estimate_train_memory(unique, symbols),
+            "top": [
+                {"pretoken": w.decode("utf-8", "backslashreplace"), "count": n}
+                for n, w in sorted(best, key=lambda x: (-x[0], x[1]))
+            ],
+        }
 
 
 _ZERO_TOTALS = {"bytes": 0, "documents": 0, "pretokens": 0, "specials": 0, "unique": 0, "unique_bytes": 0}

@@ -29,6 +29,7 @@ from itertools import compress
 from typing import BinaryIO, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
 from .bpe import PAIR_SHIFT, encode_by_rank
+from .errors import UserError
 from .native import fastbpe as _fastbpe  # the C encoder (csrc/encoder.c); bpe.encode_by_rank is the reference
 from .pretokenize import Pretokenizer, SpecialSplitter, StreamSplitter, fast_split
 from .reader import CHUNK_BYTES, decode_chunks, from_bytes, to_bytes
@@ -39,7 +40,7 @@ COALESCE_CHARS = 1 << 16
 SYMBOL_ROLES = ("special", "end_of_word", "doc_start", "doc_end")
 
 
-class TokenizerError(ValueError):
+class TokenizerError(UserError, ValueError):
     """A tokenizer that is inconsistent, or input it cannot encode or decode."""
 
 

@@ -20,7 +20,8 @@ import reliability_helpers as H
 from conftest import assert_user_error
 
 from bpe_stream.counting import count_sources, make_settings
-from bpe_stream.formats.counts import BatchAdder, CountsFormatError, check_counts, escape, unescape
+from bpe_stream.formats.counts import CountsFormatError, check_counts, escape, unescape
+from bpe_stream.store_batches import BatchAdder
 from bpe_stream.reader import Source
 from bpe_stream.store import Store
 
@@ -228,7 +229,7 @@ def _fail_after(monkeypatch, n):
 
 
 def test_interrupted_import_and_merge_resume_exactly(cli, tmp_path, monkeypatch):
-    from bpe_stream.cli_scale import import_counts, merge_store
+    from bpe_stream.store_merge import import_counts, merge_store
 
     files = make_corpus(tmp_path / "corpus", 2, 60_000, seed=3)
     ref = tmp_path / "ref"

@@ -518,3 +518,45 @@ def test_the_count_budget_keeps_room_for_the_workers(tmp_path, store_dir, monkey
     sizes.clear()
     _count(tmp_path / "one", [path], GPT2, workers=1, max_memory=budget, range_bytes=4096)
     assert len(sizes) == 1 and sizes[0] > limit, sizes
+
+
+# -- Store.stats and the settings of a run (what `stats` and `count` show) ---------------------
+def test_stats_against_a_direct_reading_of_the_words(tmp_path):
+    """``Store.stats`` (``bpe-stream stats``) against the words read back one by one: the
+    unique pretokens, their bytes, the top ones (count first, then bytes) and the totals."""
+    from bpe_stream.estimate import estimate_train_memory
+
+    with Store.open(tmp_path / "st", create=True) as st_:
+        st_.ensure_settings(make_settings("gpt2", ["<|endoftext|>"]))
+        counts = {b" the": 9, b" a": 9, b"x" * 600: 3, b"\xff": 1, b" b": 2}
+        add(st_, counts)
+        words = dict(all_words(st_))
+        for top in (0, 1, 2, 10):
+            data = st_.stats(top)
+            assert data["unique_pretokens"] == len(words) == 5
+            assert data["unique_pretokens_bytes"] == sum(map(len, words))
+            assert data["estimated_train_memory_bytes"] == estimate_train_memory(5, sum(map(len, words)))
+            best = sorted(Counter(words).items(), key=lambda kv: (-kv[1], kv[0]))[:top]
+            assert [(row["pretoken"], row["count"]) for row in data["top"]] == [
+                (w.decode("utf-8", "backslashreplace"), n) for w, n in best]
+            assert data["settings"]["special_tokens"] == ["<|endoftext|>"]
+            assert data["files"] == 0 and data["store"] == st_.path
+
+
+def test_stats_of_an_empty_store_is_a_store_error(tmp_path):
+    with Store.open(tmp_path / "st", create=True) as st_:
+        with pytest.raises(StoreError, match="is empty; run 'bpe-stream count' first"):
+            st_.stats()
+
+
+def test_resolve_settings_takes_the_recorded_ones_for_what_is_not_given():
+    from bpe_stream.counting import resolve_settings
+
+    recorded = make_settings("cl100k", ["<s>"], "</w>")
+    nothing = {"pretokenizer": None, "special_tokens": None, "end_of_word": None}
+    assert resolve_settings(nothing) == make_settings("gpt2", [], None)  # a new store: the defaults
+    assert resolve_settings(nothing, recorded) == recorded
+    given = dict(nothing, pretokenizer="whitespace")
+    assert resolve_settings(given, recorded) == make_settings("whitespace", ["<s>"], "</w>")
+    with pytest.raises(ValueError):
+        resolve_settings(dict(nothing, pretokenizer=""))  # checked, as make_settings checks

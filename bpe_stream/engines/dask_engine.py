@@ -22,6 +22,9 @@ import os
 from collections import deque
 from typing import Iterable, Optional
 
+from ..errors import SettingsError
+from ..runner import WorkerLost
+
 MISSING = "--engine dask needs Dask; install it with: pip install 'bpe-stream[dask]'"
 
 
@@ -29,7 +32,7 @@ def _import_distributed():
     try:
         import distributed
     except ImportError:
-        raise ValueError(MISSING) from None
+        raise SettingsError(MISSING) from None
     return distributed
 
 
@@ -61,7 +64,7 @@ class DaskRunner:
                     self.client = distributed.Client(scheduler, timeout=connect_timeout, set_as_default=False)
                 except (OSError, TimeoutError, ValueError) as exc:
                     why = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-                    raise ValueError(
+                    raise SettingsError(
                         f"cannot reach the Dask scheduler at {scheduler} ({why}); check --scheduler (e.g. tcp://host:8786)"
                     ) from None
             else:
@@ -83,7 +86,7 @@ class DaskRunner:
         try:
             return future.result()
         except KilledWorker as exc:
-            raise ValueError(
+            raise WorkerLost(
                 f"a Dask worker died while counting ({exc}); rerun the same command: committed counts are kept "
                 "and counting resumes where they end"
             ) from None

@@ -59,6 +59,7 @@ from typing import BinaryIO, Dict, Iterable, Iterator, Optional, Tuple
 
 from ..atomic import atomic_write, stdout_binary
 from ..counting import make_settings
+from ..errors import UserError
 from ..pretokenize import PretokenizeError
 from ..store import MAX_COUNT
 
@@ -68,7 +69,7 @@ TOTAL_KEYS = ("bytes", "documents", "specials", "pretokens")
 MAX_HEADER_BYTES = 1 << 20
 
 
-class CountsFormatError(ValueError):
+class CountsFormatError(UserError, ValueError):
     """A counts file that is not in the interchange format (one line naming the file and line)."""
 
 
@@ -299,17 +300,6 @@ def check_counts(path: str) -> CountsInfo:
     return info
 
 
-def check_room(store, pretokens: int, what: str) -> None:
-    """Refuses to add ``pretokens`` more to ``store`` when its total would pass 2**63-1: the
-    store's total bounds each of its counts, which then stay 64-bit."""
-    have = int(store.totals().get("pretokens", 0))
-    if have + pretokens > MAX_COUNT:
-        raise CountsFormatError(
-            f"adding {what} would bring the store at {store.path} to {have + pretokens:,} pretokens, past 2**63-1 "
-            "(the store keeps 64-bit counts); use another --store"
-        )
-
-
 # -- writing ---------------------------------------------------------------------------
 @contextmanager
 def _open_write(path: str):
@@ -350,39 +340,3 @@ def write_counts(path, settings: dict, rows: Iterable[Tuple[bytes, int]], totals
         if lines is not None and written != lines:
             raise RuntimeError(f"wrote {written} lines, expected {lines}")  # a store changed under us
     return written, total
-
-
-# -- loading into a store --------------------------------------------------------------
-# Bytes one pending entry costs (a bytes key, a dict slot, an int) beyond its own bytes.
-ENTRY_BYTES = 120
-
-
-class BatchAdder:
-    """Adds counts to a store in bounded batches, each committed whole with the progress of
-    the input (a source record; :meth:`Store.add_batch`), so a killed import or merge resumes
-    where its committed batches end and never counts anything twice."""
-
-    def __init__(self, store, key: bytes, record: dict, max_memory: int):
-        self.store, self.key, self.record = store, key, dict(record)
-        self.limit = max(1 << 16, max_memory // 2)
-        self.counts: Dict[bytes, int] = {}
-        self.size = 0
-        self.new = 0
-
-    def add(self, pretoken: bytes, n: int) -> bool:
-        """Adds one count; True when the batch is full and should be flushed."""
-        counts = self.counts
-        old = counts.get(pretoken)
-        if old is None:
-            counts[pretoken] = n
-            self.size += len(pretoken) + ENTRY_BYTES
-        else:
-            counts[pretoken] = old + n
-        return self.size >= self.limit
-
-    def flush(self, progress: dict, totals: Optional[dict] = None, done: bool = False) -> None:
-        counts, self.counts, self.size = self.counts, {}, 0
-        record = dict(self.record, **progress, done=done)
-        store = self.store
-
-        self.new += store.add_batch(counts, {self.key: record}, dict(totals or {}))
