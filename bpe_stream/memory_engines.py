@@ -150,21 +150,25 @@ class PythonEngine:
 
 @contextmanager
 def _too_large():
-    """The C loop's OverflowError (a count past what it holds in 32 bits) as the trainer's error."""
+    """The C loop's OverflowError (a count past what it holds in 32 bits: positions, pairs,
+    tokens -- the same limits in memory and on disk) as the trainer's error."""
     try:
         yield
     except OverflowError as exc:
-        raise TrainError(f"the corpus is too large for the in-memory trainer ({exc}); train with --path disk") from None
+        raise TrainError(f"the corpus is too large for the merge loop ({exc})") from None
 
 
 class CEngine:
     """The C merge loop (``_fastbpe.MergeLoop``): occurrence lists, see ``csrc/merge_loop.c``."""
 
-    def __init__(self, tokens: Sequence[bytes], marker_id: Optional[int], tie_break: str):
+    def __init__(self, tokens: Sequence[bytes], marker_id: Optional[int], tie_break: str,
+                 scratch_dir: Optional[str] = None):
+        """``scratch_dir``: the loop's tables in a scratch file there (``disk_engine``)."""
         if _fastbpe is None:
             raise TrainError("the C trainer is not built here; use engine='python'")
         self.marker_id = marker_id
-        self.loop = _fastbpe.MergeLoop(tokens=list(tokens), tie_break=tie_break)
+        self.loop = None
+        self.loop = _fastbpe.MergeLoop(tokens=list(tokens), tie_break=tie_break, scratch_dir=scratch_dir)
 
     @_too_large()
     def load(self, words: Words) -> None:
