@@ -160,6 +160,7 @@ class RssSampler(threading.Thread):
         self.pid, self.t0, self.interval = pid, t0, interval
         self.rescan_every, self.pss_every = rescan_every, pss_every
         self.samples: List[Tuple[float, int]] = []
+        self.parts: List[Tuple[float, int, int]] = []  # (seconds, anonymous, mapped files) at each sample
         self.peak = 0
         self.peak_anon = 0  # peak of the summed RssAnon
         self.peak_file = 0  # peak of the summed RssFile + RssShmem (mapped files)
@@ -190,7 +191,9 @@ class RssSampler(threading.Thread):
                 if hwm:
                     self.hwm[p] = hwm
             if total:
-                self.samples.append((time.perf_counter() - self.t0, total))
+                t = time.perf_counter() - self.t0
+                self.samples.append((t, total))
+                self.parts.append((t, anon, file_))
                 self.peak = max(self.peak, total)
                 self.peak_anon = max(self.peak_anon, anon)
                 self.peak_file = max(self.peak_file, file_)
@@ -215,6 +218,7 @@ class Measurement:
     ru_maxrss: int  # bytes, wait4's ru_maxrss of the child (see the module docstring for its caveat)
     rusage_children_maxrss: int  # bytes, getrusage(RUSAGE_CHILDREN) high-water mark after the run
     samples: List[Tuple[float, int]] = field(default_factory=list)  # (seconds since start, bytes)
+    parts: List[Tuple[float, int, int]] = field(default_factory=list)  # (seconds, RssAnon, RssFile + RssShmem) summed
     max_processes: int = 1
     tree_peak_pss: int = 0  # bytes, sampled every ~200 ms while the tree had several processes (else 0)
     tree_peak_anon: int = 0  # bytes, the peak of the sampled sum of RssAnon over the tree
@@ -251,6 +255,7 @@ class Measurement:
         d["cores"] = self.cores
         d["others_cores"] = self.others_cores
         d["samples"] = thin(self.samples, max_samples)
+        d.pop("parts", None)  # the plot's; the JSON keeps the total and the two peaks
         return d
 
 
@@ -319,6 +324,7 @@ def measure_command(
         ru_maxrss=usage.ru_maxrss * 1024,
         rusage_children_maxrss=resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024,
         samples=sampler.samples,
+        parts=sampler.parts,
         max_processes=sampler.max_processes,
         tree_peak_pss=sampler.peak_pss,
         tree_peak_anon=sampler.peak_anon,
@@ -393,9 +399,11 @@ def _child_main(payload_path: str) -> None:
 _PLOT_WARNED = False
 
 
-def plot_rss(runs: Iterable[Measurement], path: str, title: str = "RSS over time") -> Optional[str]:
-    """One line per run (RSS in MB against seconds since its start); returns the PNG path,
-    or ``None`` (with a message on stderr) when matplotlib is not installed."""
+def plot_rss(runs: Iterable[Measurement], path: str, title: str = "RSS over time", split: bool = False) -> Optional[str]:
+    """One line per run (RSS in MB against seconds since its start); with ``split``, two per
+    run: its anonymous memory (solid) and its mapped file pages (dashed), each summed over
+    the tree.  Returns the PNG path, or ``None`` (with a message on stderr) when matplotlib
+    is not installed."""
     global _PLOT_WARNED
     runs = [r for r in runs if r.samples]
     if not runs:
@@ -412,11 +420,18 @@ def plot_rss(runs: Iterable[Measurement], path: str, title: str = "RSS over time
         return None
     fig, ax = plt.subplots(figsize=(9, 5))
     for r in runs:
+        if split and r.parts:
+            xs = [t for t, _, _ in r.parts]
+            (line,) = ax.plot(xs, [a / MB for _, a, _ in r.parts],
+                              label=f"{r.label}: anonymous (peak {r.tree_peak_anon / MB:,.0f} MB, {r.wall_s:.1f} s)")
+            ax.plot(xs, [f / MB for _, _, f in r.parts], linestyle="--", color=line.get_color(),
+                    label=f"{r.label}: mapped files (peak {r.tree_peak_file / MB:,.0f} MB)")
+            continue
         xs = [t for t, _ in r.samples]
         ys = [b / MB for _, b in r.samples]
         ax.plot(xs, ys, label=f"{r.label} (peak {r.peak_rss / MB:,.0f} MB, {r.wall_s:.1f} s)")
     ax.set_xlabel("seconds since start")
-    ax.set_ylabel("RSS of the process tree (MB)")
+    ax.set_ylabel("memory of the process tree (MB)" if split else "RSS of the process tree (MB)")
     ax.set_title(title)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)

@@ -24,12 +24,14 @@ is asked for by name, and shrinks the others):
 * ``corpus-gen``   ``benchmarks/gen_corpus.py`` writes 400 MB of seeded web-like text (20 MB
                    with --quick) with 1 and with 2 processes (same bytes?), and the distinct
                    pretokens per MB of 20 MB of it against 20 MB of en_100M.txt.
-* ``out-of-core``  issue 3, on that generated text (>= 5 million distinct pretokens; topped up
-                   with more if short): count, then train vocab 32,000 with ``--max-memory 1G``
-                   (must take the disk path) against ``--path memory`` on the same store (the
-                   baseline; on a fraction of the corpus if it would not fit in memory here),
-                   the tokenizer files compared; then ``count --max-memory 512M`` of a 5 GB
-                   generated file (``--big-count``; 200 MB with --quick).  Not run unless named.
+* ``out-of-core``  issue 14: on 80 MB of generated text (vocab 12,000) and multi_25M.txt
+                   (32,000) -- 20 MB and a 5 MB prefix with --quick -- train ``--path memory``,
+                   then ``--max-memory`` a quarter of that run's anonymous peak (auto must take
+                   the disk path): wall-time ratio (<= 2), anonymous peak against the budget
+                   (+ 32 MB), mapped pages beside it, tokenizers compared; the plot has both
+                   curves.  ``--ooc-large`` adds 400 MB (vocab 32,000, ``--max-memory 1G``,
+                   against rustbpe) and 2 GB (65,536, ``2G``); ``--big-count SIZE`` a ``count
+                   --max-memory 512M`` of that much generated text.  Not run unless named.
 * ``multi``, ``code``  issue 9: count + train at vocab 32,768 on multi_25M.txt / code_25M.txt
                    (5 MB prefixes with --quick) against HF tokenizers, rustbpe and fast-bpe-rs, by default and
                    with ``count --workers 1`` (one process: the lean run), and the merge
@@ -279,6 +281,7 @@ class Section:
         self.notes: List[str] = []
         self.info: dict = {"description": description}
         self.plot: Optional[str] = None
+        self.split_plot = False  # the plot draws anonymous and mapped memory as separate curves
 
     def add(self, row: Row, *runs: Measurement) -> Row:
         self.rows.append(row)
@@ -335,15 +338,18 @@ class Section:
         if not self.runs:
             return None
         png = self.ctx.results_dir / f"rss-{self.ctx.stamp}-{self.name}.png"
-        plot = measure.plot_rss(self.runs, str(png), f"{self.name}: RSS of each run's process tree")
+        title = (f"{self.name}: anonymous memory (solid) and mapped file pages (dashed) of each run" if self.split_plot
+                 else f"{self.name}: RSS of each run's process tree")
+        plot = measure.plot_rss(self.runs, str(png), title, split=self.split_plot)
         return os.path.relpath(plot, REPO) if plot else None
 
 
 def concat(label: str, runs: Sequence[Measurement]) -> Measurement:
     """Runs one after the other as one Measurement (for the plot and the combined row)."""
-    samples, offset = [], 0.0
+    samples, parts, offset = [], [], 0.0
     for m in runs:
         samples += [(t + offset, r) for t, r in m.samples]
+        parts += [(t + offset, a, f) for t, a, f in m.parts]
         offset += m.wall_s
     first = runs[0]
     out = Measurement(
@@ -351,7 +357,7 @@ def concat(label: str, runs: Sequence[Measurement]) -> Measurement:
         wall_s=sum(m.wall_s for m in runs), seconds=sum(m.seconds for m in runs), cpu_s=sum(m.cpu_s for m in runs),
         tree_peak_rss=max(m.tree_peak_rss for m in runs), vm_hwm=max(m.vm_hwm for m in runs),
         ru_maxrss=max(m.ru_maxrss for m in runs), harness_maxrss=max(m.harness_maxrss for m in runs),
-        rusage_children_maxrss=max(m.rusage_children_maxrss for m in runs), samples=samples,
+        rusage_children_maxrss=max(m.rusage_children_maxrss for m in runs), samples=samples, parts=parts,
         max_processes=max(m.max_processes for m in runs), stderr_tail=first.stderr_tail,
         tree_peak_pss=max(m.tree_peak_pss for m in runs), others_cpu_s=sum(m.others_cpu_s for m in runs),
         tree_peak_anon=max(m.tree_peak_anon for m in runs), tree_peak_file=max(m.tree_peak_file for m in runs),
@@ -709,11 +715,10 @@ def encode_notes(s: Section, lib: Measurement, start: Measurement, cli: dict, tt
 
 # -- generated corpora, out-of-core training, multilingual and code -------------------------
 GEN_BYTES = {False: 400_000_000, True: 20_000_000}  # corpus-gen's output = out-of-core's corpus
-BIG_COUNT_BYTES = {False: 5_000_000_000, True: 200_000_000}  # out-of-core's count --max-memory 512M
 SCAN_BYTES = 20_000_000  # distinct pretokens per MB: a regex scan of this much text
 DISTINCT_TARGET = 5_000_000  # issue 3: the out-of-core corpus holds at least this many distinct pretokens
-OOC_VOCAB, OOC_BUDGET, OOC_COUNT_BUDGET = 32000, "1G", "512M"
-DISK_RSS_TARGET_MB, COUNT_RSS_TARGET_MB, DISK_TIME_TARGET = 1200, 600, 3.0
+OOC_COUNT_BUDGET = "512M"
+COUNT_RSS_TARGET_MB = 600
 PEER_VOCAB = 32768  # issue 9: multi and code against the peers
 MULTI_PREFIX_QUICK = 5_000_000
 MERGE_LOOP_TARGET = 3.0  # issue 9: the merge loop on multi_25M within 3x of English of the same size
@@ -810,105 +815,128 @@ def section_corpus_gen(ctx: Context) -> Section:
     return s
 
 
+# issue 14: (label, corpus, vocabulary) trained in memory and at a quarter of that run's
+# anonymous peak; --ooc-large adds (bytes generated, vocabulary, budget, against rustbpe)
+OOC_RUNS = {False: (("generated 80 MB", ("generated", 80_000_000), 12_000), ("multi_25M", ("file", "multi_25M.txt"), 32_000)),
+            True: (("generated 20 MB", ("generated", 20_000_000), 12_000), ("multi_25M 5 MB", ("prefix", "multi_25M.txt"), 8_000))}
+OOC_LARGE = ((400_000_000, 32_000, "1G", True), (2_000_000_000, 65_536, "2G", False))
+OOC_SLACK_MB = 32  # the anonymous peak may pass the budget by this much (issue 14)
+
+
 def section_out_of_core(ctx: Context) -> Section:
-    s = Section(ctx, "out-of-core", f"issue 3: train vocab {OOC_VOCAB:,} on generated web-like text with the symbol "
-                f"sequences on disk (--max-memory {OOC_BUDGET}) against in memory; count --max-memory {OOC_COUNT_BUDGET}")
-    nbytes = GEN_BYTES[ctx.quick]
-    text, gen = ctx.generated(nbytes, seed=1)
-    if gen is not None:
-        s.add(row_from(s.name, "gen_corpus", "generate the corpus (setup)", "in-process", gen, gen.result["bytes"] / MB,
-                       extra=gen.result), gen)
-    texts = [text]
-    store = ctx.tmp / "ooc-store"
-    count = ctx.cmd("bpe-stream count", [*ctx.bpe, "count", "--store", store, "--special-token", SPECIAL, text],
+    s = Section(ctx, "out-of-core", "issue 14: train in memory, then with the merge loop's tables in a scratch file on disk "
+                "at a quarter of the in-memory run's anonymous peak; time, anonymous and mapped memory, same tokenizer")
+    s.split_plot = True
+    for label, (kind, what), vocab in OOC_RUNS[ctx.quick]:
+        if kind == "generated":
+            text, gen = ctx.generated(what, seed=1)
+            if gen is not None:
+                s.add(row_from(s.name, "gen_corpus", f"generate {label} (setup)", "in-process", gen,
+                               gen.result["bytes"] / MB, extra=gen.result), gen)
+        elif kind == "prefix":
+            text = ctx.prefix(ctx.data("corpora", what), MULTI_PREFIX_QUICK)
+        else:
+            text = ctx.data("corpora", what)
+        out_of_core_pair(ctx, s, label, text, vocab)
+    if ctx.args.ooc_large:
+        for nbytes, vocab, budget, against_rustbpe in OOC_LARGE:
+            out_of_core_large(ctx, s, nbytes, vocab, budget, against_rustbpe)
+    else:
+        s.note("--ooc-large not given: the 400 MB (vocab 32,000, --max-memory 1G, against rustbpe) and 2 GB (vocab 65,536, "
+               "--max-memory 2G) runs are left out")
+    if ctx.args.big_count:
+        big_count(ctx, s, parse_size(ctx.args.big_count))
+    return s
+
+
+def ooc_count(ctx: Context, s: Section, label: str, text: Path) -> Path:
+    store = ctx.tmp / f"ooc-store-{re.sub(r'[^A-Za-z0-9]+', '-', label)}"
+    count = ctx.cmd(f"bpe-stream count ({label})", [*ctx.bpe, "count", "--store", store, "--special-token", SPECIAL, text],
                     setup=fresh(store))
-    summary = parse_count_summary(count.stderr_tail)
-    s.add(row_from(s.name, "bpe-stream", "count", "CLI wall", count, size_mb(text), extra=summary), count)
-    stats = ctx.stats(store)
-    # runs add up: top the store up with more generated text until it holds DISTINCT_TARGET
-    seed = 1
-    while not ctx.quick and stats["unique_pretokens"] < DISTINCT_TARGET and seed < 4:
-        seed += 1
-        missing = DISTINCT_TARGET - stats["unique_pretokens"]
-        more = int(nbytes * 1.2 * missing / max(stats["unique_pretokens"], 1)) + 10_000_000
-        extra_text, gen = ctx.generated(more, seed=seed)
-        texts.append(extra_text)
-        s.add(row_from(s.name, "gen_corpus", f"generate more (seed {seed}, setup)", "in-process", gen, gen.result["bytes"] / MB,
-                       extra=gen.result), gen)
-        top = ctx.cmd("bpe-stream count (top-up)",
-                      [*ctx.bpe, "count", "--store", store, "--special-token", SPECIAL, extra_text])
-        s.add(row_from(s.name, "bpe-stream", f"count more (seed {seed})", "CLI wall", top, size_mb(extra_text),
-                       extra=parse_count_summary(top.stderr_tail)), top)
-        stats = ctx.stats(store)
-    mb = sum(size_mb(t) for t in texts)
-    unique, estimate = stats["unique_pretokens"], stats["estimated_train_memory_bytes"]
-    s.info.update(texts=[str(t) for t in texts], mb=mb, vocab_size=OOC_VOCAB, store_stats=stats)
-    s.note(f"store: {unique:,} distinct pretokens ({stats['unique_pretokens_bytes']:,} bytes) from {mb:,.0f} MB; "
-           + (f"{'meets' if unique >= DISTINCT_TARGET else 'BELOW'} the {DISTINCT_TARGET:,} of issue 3" if not ctx.quick
-              else "--quick: far below the 5 million of issue 3 (the full run has them)")
-           + f"; stats estimates {estimate / MB:,.0f} MB for an in-memory train")
-    # the out-of-core path: --max-memory must make 'auto' choose the disk
-    budget = OOC_BUDGET if not ctx.quick else f"{max(estimate // 3, 20_000_000) // 1_000_000}M"
-    if ctx.quick:
-        s.note(f"--quick: train --max-memory {budget} (a third of the in-memory estimate) so that auto picks the disk path "
-               f"on this small corpus; the full run uses {OOC_BUDGET}")
-    disk_out, mem_out = ctx.tmp / "ooc-disk.json", ctx.tmp / "ooc-memory.json"
-    disk = ctx.cmd(f"bpe-stream train --max-memory {budget}", [*ctx.bpe, "train", "--store", store, "--vocab-size",
-                   OOC_VOCAB, "-o", disk_out, "--max-memory", budget])
-    took = parse_train_messages(disk.stderr_tail)
-    disk_row = s.add(row_from(s.name, "bpe-stream", f"train --max-memory {budget} (auto: {took.get('path', '?')})",
-                              "CLI wall", disk, mb, extra=took), disk)
-    s.note(f"train --max-memory {budget} took the {took.get('path', 'UNKNOWN')} path"
-           + (" as it should" if took.get("path") == "disk" else " -- NOT the disk path")
-           + f" ({took.get('reason', 'no message on stderr')})")
-    # the in-memory path on the same store, unless it would not fit here: then on a fraction
-    avail = mem_available()
-    fraction = 1.0 if estimate < 0.6 * avail else max(0.05, 0.5 * avail / estimate)
-    s.info.update(mem_available_mb=avail / MB, memory_path_fraction=fraction)
-    mem_store, mem_mb = store, mb
-    if fraction < 1.0:
-        part = ctx.prefix(texts[0], int(size_mb(texts[0]) * MB * fraction))
-        mem_store, mem_mb = ctx.tmp / "ooc-fraction-store", size_mb(part)
-        s.note(f"the in-memory path would need ~{estimate / MB:,.0f} MB (MemAvailable {avail / MB:,.0f} MB): both paths "
-               f"measured again on the first {mem_mb:,.0f} MB ({fraction:.0%}) of the corpus for the ratios")
-        fc = ctx.cmd("bpe-stream count (fraction)", [*ctx.bpe, "count", "--store", mem_store, "--special-token", SPECIAL, part],
-                     setup=fresh(mem_store))
-        s.add(row_from(s.name, "bpe-stream", f"count {fraction:.0%} of the corpus", "CLI wall", fc, mem_mb,
-                       extra=parse_count_summary(fc.stderr_tail)), fc)
-        disk_out = ctx.tmp / "ooc-fraction-disk.json"
-        fd = ctx.cmd("bpe-stream train --path disk (fraction)", [*ctx.bpe, "train", "--store", mem_store, "--vocab-size",
-                     OOC_VOCAB, "-o", disk_out, "--path", "disk"])
-        disk_row = s.add(row_from(s.name, "bpe-stream", f"train --path disk, {fraction:.0%} of the corpus", "CLI wall", fd,
-                                  mem_mb, extra=parse_train_messages(fd.stderr_tail)), fd)
-    mem = ctx.cmd("bpe-stream train --path memory", [*ctx.bpe, "train", "--store", mem_store, "--vocab-size", OOC_VOCAB,
+    s.add(row_from(s.name, "bpe-stream", f"{label}: count", "CLI wall", count, size_mb(text),
+                   extra=parse_count_summary(count.stderr_tail)), count)
+    return store
+
+
+def budget_note(r: Row, budget_mb: float) -> str:
+    anon = r.peak_anon_mb or 0
+    return (f"anonymous peak {anon:,.0f} MB vs budget {budget_mb:,.0f} MB + {OOC_SLACK_MB} MB: "
+            + ("met" if anon <= budget_mb + OOC_SLACK_MB else "NOT met")
+            + f"; mapped file pages beside it {fmt(r.peak_file_mb, ',.0f')} MB")
+
+
+def out_of_core_pair(ctx: Context, s: Section, label: str, text: Path, vocab: int) -> None:
+    """In memory, then --max-memory a quarter of its anonymous peak (auto must take the
+    disk path), on the same store: the ratio of their times, the budget, the files."""
+    mb = size_mb(text)
+    store = ooc_count(ctx, s, label, text)
+    mem_out, disk_out = ctx.tmp / f"ooc-{label}-memory.json", ctx.tmp / f"ooc-{label}-disk.json"
+    mem = ctx.cmd(f"bpe-stream train --path memory ({label})", [*ctx.bpe, "train", "--store", store, "--vocab-size", vocab,
                   "-o", mem_out, "--path", "memory"])
-    phase = "train --path memory" + (f", {fraction:.0%} of the corpus" if fraction < 1 else "")
-    mem_row = s.add(row_from(s.name, "bpe-stream", phase, "CLI wall", mem, mem_mb, baseline=True,
-                             extra=parse_train_messages(mem.stderr_tail)), mem)
-    identical = same_file(disk_out, mem_out)
-    mem_row.extra["identical_to_disk_tokenizer"] = identical
-    time_ratio = disk_row.seconds / mem_row.seconds
-    rss_ratio = mem_row.peak_rss_mb / disk_row.peak_rss_mb
-    anon_ratio = (mem_row.peak_anon_mb or 0) / disk_row.peak_anon_mb if disk_row.peak_anon_mb else None
-    s.info.update(disk_over_memory_seconds=time_ratio, memory_over_disk_peak_rss=rss_ratio,
-                  memory_over_disk_peak_anon=anon_ratio, tokenizers_identical=identical)
-    s.note(f"disk path: {disk_row.seconds:,.1f} s, {anon_note(disk_row)}; target < {DISK_RSS_TARGET_MB:,} MB peak RSS: "
-           + ("met" if disk_row.peak_rss_mb < DISK_RSS_TARGET_MB else "NOT met"))
-    s.note(f"memory path: {mem_row.seconds:,.1f} s, {anon_note(mem_row)}: {rss_ratio:.2f}x the disk path's peak RSS"
-           + (f", {anon_ratio:.2f}x its anonymous memory" if anon_ratio else ""))
-    s.note(f"disk / memory wall time = {time_ratio:.2f} (target < {DISK_TIME_TARGET:.0f}: "
-           f"{'met' if time_ratio < DISK_TIME_TARGET else 'NOT met'}); tokenizer files "
-           + ("byte-identical" if identical else "DIFFER") + " (same store)")
-    # counting a big input within --max-memory 512M
-    big_bytes = parse_size(ctx.args.big_count) if ctx.args.big_count else BIG_COUNT_BYTES[ctx.quick]
+    mem_row = s.add(row_from(s.name, "bpe-stream", f"{label}: train --path memory, vocab {vocab:,}", "CLI wall", mem, mb,
+                             baseline=not any(r.baseline for r in s.rows), extra=parse_train_messages(mem.stderr_tail)), mem)
+    budget = int((mem_row.peak_anon_mb or mem_row.peak_rss_mb) * MB / 4)  # bytes: --max-memory takes them as they are
+    budget_mb = budget / MB
+    disk = ctx.cmd(f"bpe-stream train --max-memory {budget} ({label})",
+                   [*ctx.bpe, "train", "--store", store, "--vocab-size", vocab, "-o", disk_out, "--max-memory", budget])
+    took = parse_train_messages(disk.stderr_tail)
+    disk_row = s.add(row_from(s.name, "bpe-stream", f"{label}: train --max-memory {budget_mb:,.0f} MB "
+                              f"(auto: {took.get('path', '?')})", "CLI wall", disk, mb, extra=took), disk)
+    identical = same_file(mem_out, disk_out)
+    ratio = disk_row.seconds / mem_row.seconds
+    s.info.setdefault("pairs", {})[label] = {
+        "memory_seconds": mem_row.seconds, "disk_seconds": disk_row.seconds, "ratio": ratio, "budget_mb": budget_mb,
+        "memory_peak_anon_mb": mem_row.peak_anon_mb, "disk_peak_anon_mb": disk_row.peak_anon_mb,
+        "disk_peak_file_mb": disk_row.peak_file_mb, "path": took.get("path"), "identical": identical,
+    }
+    s.note(f"{label}: --max-memory {budget_mb:,.0f} MB (a quarter of the in-memory anonymous peak {fmt(mem_row.peak_anon_mb, ',.0f')} MB) "
+           f"took the {took.get('path', 'UNKNOWN')} path; disk / memory wall time {disk_row.seconds:,.1f} / "
+           f"{mem_row.seconds:,.1f} s = x{ratio:.2f} (target <= 2: {'met' if ratio <= 2 else 'NOT met'}); "
+           f"{budget_note(disk_row, budget_mb)}; tokenizers " + ("byte-identical" if identical else "DIFFER"))
+    ctx.forget(store)
+
+
+def out_of_core_large(ctx: Context, s: Section, nbytes: int, vocab: int, budget: str, against_rustbpe: bool) -> None:
+    """Generated text of ``nbytes`` trained with ``--max-memory budget`` (and rustbpe on the
+    same file): wall time, anonymous and mapped peaks."""
+    label = f"generated {nbytes / 1e6:,.0f} MB"
+    text, gen = ctx.generated(nbytes, seed=3)
+    if gen is not None:
+        s.add(row_from(s.name, "gen_corpus", f"generate {label} (setup)", "in-process", gen, gen.result["bytes"] / MB,
+                       extra=gen.result), gen)
+    mb = size_mb(text)
+    store = ooc_count(ctx, s, label, text)
+    out = ctx.tmp / f"ooc-large-{vocab}.json"
+    m = ctx.cmd(f"bpe-stream train --max-memory {budget} ({label})",
+                [*ctx.bpe, "train", "--store", store, "--vocab-size", vocab, "-o", out, "--max-memory", budget], check=False)
+    took = parse_train_messages(m.stderr_tail)
+    error = None if m.ok else f"exit status {m.returncode}: {m.stderr_tail.strip()[-500:]}"
+    row = s.add(row_from(s.name, "bpe-stream", f"{label}: train --max-memory {budget}, vocab {vocab:,} "
+                         f"(auto: {took.get('path', '?')})", "CLI wall", m, mb, extra=took, error=error), m)
+    budget_mb = (int(budget[:-1]) << 30) / MB  # "1G", "2G": binary units, as bpe-stream reads them
+    s.note(f"{label}, vocab {vocab:,}, --max-memory {budget}: {row.seconds:,.1f} s wall, peak RSS {fmt(row.peak_rss_mb, ',.0f')} "
+           f"MB; {budget_note(row, budget_mb)}")
+    if against_rustbpe:
+        peer = s.peer("rustbpe", f"{label}: train from documents, vocab {vocab:,}", "process wall", mb,
+                      lambda: ctx.fn("rustbpe train (large)", W.rustbpe_train, str(text), vocab, [SPECIAL]))
+        if peer is not None and peer.seconds and row.seconds:
+            peer.seconds = peer.wall_s or peer.seconds
+            s.note(f"{label}: bpe-stream --max-memory {budget} {row.seconds:,.1f} s ({fmt(row.peak_anon_mb, ',.0f')} MB "
+                   f"anonymous, {fmt(row.peak_rss_mb, ',.0f')} MB total) vs rustbpe {peer.seconds:,.1f} s "
+                   f"({fmt(peer.peak_anon_mb, ',.0f')} MB anonymous, {fmt(peer.peak_rss_mb, ',.0f')} MB total): "
+                   f"{'faster: met' if row.seconds < peer.seconds else 'NOT faster'}")
+    ctx.forget(store)
+    ctx.forget(text)
+
+
+def big_count(ctx: Context, s: Section, big_bytes: int) -> None:
+    """count --max-memory 512M of a big generated input (issue 3)."""
     big, gen = ctx.generated(big_bytes, seed=2)
     if gen is not None:
         s.add(row_from(s.name, "gen_corpus", "generate the count input (seed 2, setup)", "in-process", gen,
                        gen.result["bytes"] / MB, extra=gen.result), gen)
     big_store = ctx.tmp / "ooc-big-store"
     phase = f"count --max-memory {OOC_COUNT_BUDGET}"
-    # the longest run of the section: if it fails (a kill from outside...), its row keeps the
-    # memory measured until then and the rows above survive
     bc = ctx.cmd(f"bpe-stream {phase}", [*ctx.bpe, "count", "--max-memory", OOC_COUNT_BUDGET, "--store", big_store,
                  "--special-token", SPECIAL, big], setup=fresh(big_store), check=False)
     big_summary = parse_count_summary(bc.stderr_tail)
@@ -918,12 +946,9 @@ def section_out_of_core(ctx: Context) -> Section:
            + (f"{big_row.mb_s:.2f} MB/s, {big_summary.get('new_unique', 0):,} distinct pretokens, " if bc.ok
               else f"FAILED (exit status {bc.returncode}) after {bc.wall_s:,.0f} s; until then ")
            + f"{anon_note(big_row)}; target < {COUNT_RSS_TARGET_MB} MB: "
-           + ("met" if big_row.peak_rss_mb < COUNT_RSS_TARGET_MB else "NOT met")
-           + (f" (PSS peak {fmt(big_row.tree_peak_pss_mb, ',.0f')} MB over {big_row.processes} processes)"
-              if (big_row.processes or 1) > 1 else ""))
+           + ("met" if big_row.peak_rss_mb < COUNT_RSS_TARGET_MB else "NOT met"))
     ctx.forget(big)
     ctx.forget(big_store)
-    return s
 
 
 def parse_size(text: str) -> int:
@@ -1157,8 +1182,10 @@ def parse_args(argv=None):
     p.add_argument("--only", action="append", default=[], metavar="NAME",
                    help=f"run only these sections (repeatable or comma-separated): {', '.join(SECTIONS)}")
     p.add_argument("--quick", action="store_true", help="smaller inputs; skips train-large unless named with --only")
+    p.add_argument("--ooc-large", action="store_true",
+                   help="out-of-core: also 400 MB (vocab 32,000, --max-memory 1G, against rustbpe) and 2 GB (65,536, 2G)")
     p.add_argument("--big-count", default=None, metavar="SIZE",
-                   help="out-of-core: size of the generated input of 'count --max-memory 512M' (default 5G; 200M with --quick)")
+                   help="out-of-core: also 'count --max-memory 512M' of generated text of this size (e.g. 5G)")
     p.add_argument("--repeat", type=int, default=1, help="run each measurement N times and keep the fastest (default 1)")
     p.add_argument("--results", default=str(RESULTS), help="where the JSON and PNGs go (default benchmarks/results)")
     p.add_argument("--tmp", default=None, help="directory for the temporary stores and files (default: the system's)")

@@ -131,7 +131,7 @@ def train(
     min_word_count: int = typer.Option(1, "--min-word-count", help="Ignore pretokens counted fewer than N times."),
     doc_boundaries: bool = typer.Option(False, "--doc-boundaries", help="Wrap documents in start/end symbols."),
     max_memory: Optional[str] = typer.Option(
-        None, "--max-memory", help="Memory budget; above it the sequence table moves to disk \\[default: half the available memory]."
+        None, "--max-memory", help="Memory budget; above it the merge loop's tables move to a scratch file on disk \\[default: half the available memory]."
     ),
     path: str = typer.Option("auto", "--path", help="auto, memory or disk: where the symbol sequences live."),
     resume: bool = typer.Option(False, "--resume", help="Continue from the store's checkpoint of this run."),

@@ -8,7 +8,7 @@ that escapes a command is a bug: a traceback and an "internal error" line, exit 
 The subclasses live beside the code that raises them (each module owns its failures):
 
 - :class:`bpe_stream.store.StoreError` -- a store that is missing, damaged, of other settings,
-  or cannot be written (``WriteFailed``, ``NotWritable``; ``sequences.ScratchError``);
+  or cannot be written (``WriteFailed``, ``NotWritable``; ``disk_engine.ScratchError``);
 - :class:`bpe_stream.reader.InputError` -- an input that cannot be read (``sources.Refused``:
   a file changed since it was counted);
 - :class:`bpe_stream.atomic.OutputError` -- an output path that cannot be written;

@@ -19,10 +19,11 @@ C_PER_WORD = 20
 # pure-Python trainer: a list of ints per word and set entries in the pair index
 PY_PER_SYMBOL = 90
 PY_PER_WORD = 400
-# out-of-core path: the pair index (4-byte word ids per pair occurrence, pair records,
-# the pair table) and an 8-byte pair signature per word
-DISK_PER_SYMBOL = 11
-DISK_PER_WORD = 8
+# out-of-core path: its tables are in a scratch file (as many bytes as the in-memory C
+# trainer's, on disk); in memory only the words on their way in (word_arrays: one byte a
+# symbol, four with an end-of-word marker or an extended tokenizer's ids; an end offset and
+# a count a word) and the interpreter
+DISK_PER_WORD = 16
 
 
 def estimate_train_memory(unique_pretokens: int, total_symbols: int, engine: str = "c") -> int:
@@ -32,9 +33,15 @@ def estimate_train_memory(unique_pretokens: int, total_symbols: int, engine: str
     return BASE + C_PER_WORD * unique_pretokens + C_PER_SYMBOL * total_symbols
 
 
-def estimate_disk_train_memory(unique_pretokens: int, total_symbols: int) -> int:
-    """Bytes the out-of-core trainer keeps in memory (its pair index)."""
-    return BASE + DISK_PER_SYMBOL * total_symbols + DISK_PER_WORD * unique_pretokens
+def estimate_disk_train_memory(unique_pretokens: int, total_symbols: int, wide: bool = False) -> int:
+    """Bytes of anonymous memory the out-of-core trainer needs: the words on their way into
+    the scratch file (``wide``: four bytes a symbol instead of one)."""
+    return BASE + (4 if wide else 1) * total_symbols + DISK_PER_WORD * unique_pretokens
+
+
+def estimate_scratch_bytes(unique_pretokens: int, total_symbols: int) -> int:
+    """Bytes of disk the out-of-core trainer's scratch file needs: the in-memory tables."""
+    return C_PER_WORD * unique_pretokens + C_PER_SYMBOL * total_symbols
 
 
 def available_memory() -> int:

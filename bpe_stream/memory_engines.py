@@ -148,19 +148,22 @@ class PythonEngine:
 
 
 def _too_large():
-    """The C loop's limits (a count past what it holds in 32 bits, a pair count past 2**63-1)
-    as the trainer's errors."""
-    return engine_limits("the corpus is too large for the in-memory trainer ({}); train with --path disk")
+    """The C loop's limits (a count past what it holds in 32 bits: positions, pairs, tokens --
+    the same limits in memory and on disk; a pair count past 2**63-1) as the trainer's errors."""
+    return engine_limits("the corpus is too large for the merge loop ({})")
 
 
 class CEngine:
     """The C merge loop (``_fastbpe.MergeLoop``): occurrence lists, see ``csrc/merge_loop.c``."""
 
-    def __init__(self, tokens: Sequence[bytes], marker_id: Optional[int], tie_break: str):
+    def __init__(self, tokens: Sequence[bytes], marker_id: Optional[int], tie_break: str,
+                 scratch_dir: Optional[str] = None):
+        """``scratch_dir``: the loop's tables in a scratch file there (``disk_engine``)."""
         if _fastbpe is None:
             raise TrainError("the C trainer is not built here; use engine='python'")
         self.marker_id = marker_id
-        self.loop = _fastbpe.MergeLoop(tokens=list(tokens), tie_break=tie_break)
+        self.loop = None
+        self.loop = _fastbpe.MergeLoop(tokens=list(tokens), tie_break=tie_break, scratch_dir=scratch_dir)
 
     @_too_large()
     def load(self, words: Words) -> None:

@@ -6,7 +6,7 @@ Three engines implement it and give the same merges, byte for byte, for every ti
 
 * ``memory_engines.PythonEngine``: the plain algorithm in Python, the reference;
 * ``memory_engines.CEngine``: the C merge loop (``csrc/merge_loop.c``), in memory;
-* ``sequences.DiskEngine``: the symbol sequences in LMDB, only the pair index in memory.
+* ``disk_engine.DiskEngine``: the C merge loop with its tables in a scratch file on disk.
 
 An engine is made with the base tokens (the bytes of ids ``0..n-1``, for the tie-break),
 the word-end marker's id (appended to every pretoken, or None) and the tie-break's name

@@ -3,7 +3,7 @@
 Owns loading it once.  ``fastbpe`` is the module, or None when it was not built (no C
 compiler at install): every caller then runs its pure-Python code, which gives the same
 results, slower.  The C code holds its own copy of a few definitions the Python code also
-holds -- the tie-break names, the sequence table's row layout (``csrc/layout.h``) -- and
+holds -- the tie-break names (``csrc/layout.h``) -- and
 the Python module that owns each one checks at import, with :func:`agree`, that the built
 extension says the same: a stale build then fails loudly instead of training by another
 rule or misreading rows.

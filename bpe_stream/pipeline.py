@@ -20,11 +20,11 @@ from dataclasses import dataclass
 from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 from .counting import DocumentCounter, count_range, make_settings, merge_counts
-from .estimate import default_budget, estimate_disk_train_memory, estimate_train_memory
+from .estimate import default_budget, estimate_disk_train_memory, estimate_scratch_bytes, estimate_train_memory
 from .extend import Extension
 from .memory_engines import _fastbpe, memory_engine
 from .merge_engine import MergeEngine
-from .sequences import DiskEngine
+from .disk_engine import DiskEngine
 from .store import Store, StoreError
 from .store_checkpoint import Checkpointer, read_checkpoint, write_checkpoint  # noqa: F401  (also imported from here)
 from .tokenizer import Tokenizer
@@ -92,7 +92,7 @@ class TrainPlan:
     unique: int  # distinct pretokens trained on ...
     symbols: int  # ... and their symbols
     memory_estimate: int  # bytes the in-memory engine needs
-    index_estimate: int  # bytes the disk path's pair index needs
+    index_estimate: int  # bytes of anonymous memory the disk path needs (its tables are in a scratch file)
     messages: Tuple[str, ...]  # what the run says on stderr before it starts, in order
 
 
@@ -156,14 +156,21 @@ def plan_training(
         f"training {'in memory' if path == 'memory' else 'with the sequence table on disk'} "
         f"({unique:,} distinct pretokens, {symbols:,} symbols; {reason})"
     )
-    index_need = estimate_disk_train_memory(unique, symbols)
-    if path == "disk" and index_need > budget:
-        # The exact algorithm still runs (nothing is pruned or sampled); the pair index
-        # just lives beyond the budget, and the OS pages it if it must.
+    wide = config.end_of_word is not None or extension is not None
+    index_need = estimate_disk_train_memory(unique, symbols, wide)
+    if path == "disk":
         messages.append(
-            f"note: the pair index alone is estimated at {index_need / 1e6:,.0f} MB, over the budget of "
-            f"{budget / 1e6:,.0f} MB; training stays exact but may page (raise --max-memory if you can)"
+            f"the tables go to a scratch file beside the store (about {estimate_scratch_bytes(unique, symbols) / 1e6:,.0f} "
+            f"MB of disk, mapped: page cache, not part of the budget); in memory about {index_need / 1e6:,.0f} MB"
         )
+        if index_need > budget:
+            # Below the interpreter and the words on their way in nothing can go: say what
+            # would hold, and train anyway (the same exact merges).
+            messages.append(
+                f"note: even on disk, training needs about {index_need / 1e6:,.0f} MB of memory (the interpreter, the "
+                f"words on their way to the scratch file), over the budget of {budget / 1e6:,.0f} MB; the smallest "
+                f"budget that holds it is --max-memory {-(-index_need // (1 << 20))}M (training goes on, exact)"
+            )
     if store.readonly:
         messages.append(f"the store at {store.path} cannot be written here: training without checkpoints "
                         "(--resume cannot continue this run)")
@@ -215,7 +222,7 @@ def _choose_path(path: str, engine: str, unique: int, symbols: int, budget: int)
 
 
 def _scratch_dir(store: Store) -> str:
-    """Where the disk path's sequence table goes: beside the store, or in the temporary
+    """Where the disk path's scratch file goes: beside the store, or in the temporary
     directory ($TMPDIR) when the store cannot be written here."""
     if store.readonly:
         import tempfile
@@ -231,13 +238,9 @@ def load_engine(store: Store, plan: TrainPlan, txn) -> MergeEngine:
     words = store.iter_words(txn, max(1, config.min_word_count))
     if plan.extension is not None:  # the words as the tokenizer encodes them (marker included)
         tokens, marker = plan.extension.tokens, None
-        words = plan.extension.words(words) if plan.engine == "disk" else plan.extension.word_arrays(words)
+        words = plan.extension.word_arrays(words)
     if plan.engine == "disk":
-        engine = DiskEngine(
-            tokens, marker, config.tie_break, _scratch_dir(store),
-            mapped_budget=plan.budget - plan.index_estimate,  # what the pair index leaves for the table's pages
-            size_hint=4 * plan.symbols + 40 * plan.unique,  # the table: symbols, and a count and key per word
-        )
+        engine = DiskEngine(tokens, marker, config.tie_break, _scratch_dir(store))
     else:
         engine = memory_engine(plan.engine, tokens, marker, config.tie_break)
     try:
@@ -290,7 +293,7 @@ def train_from_store(
 ) -> Tuple[Tokenizer, TrainResult]:
     """Trains on the counts in ``store``; its special tokens come first, then ``config``'s extra ones.
 
-    ``path``: ``"memory"``, ``"disk"`` (sequence table in LMDB) or ``"auto"`` (memory when the
+    ``path``: ``"memory"``, ``"disk"`` (the tables in a scratch file) or ``"auto"`` (memory when the
     estimate fits ``max_memory``).  Both give the same merges.  Every ``checkpoint_every``
     merges or ``checkpoint_seconds`` the merges so far are committed to the store, and
     ``resume`` continues from them; ``from_tokenizer`` continues a finished tokenizer.

@@ -38,10 +38,10 @@ def test_disk_and_memory_paths_write_the_same_file(cli, counted, tmp_path):
 def test_a_small_budget_chooses_the_disk_path(cli, counted, tmp_path):
     res = ok(cli("train", "--store", counted, "--vocab-size", 600, "-o", tmp_path / "d.json", "--max-memory", "1M"))
     assert "on disk" in res.stderr and "exceeds" in res.stderr
-    # a budget below even the pair index's: still the exact algorithm, and the user is told
-    assert "pair index alone" in res.stderr and "stays exact" in res.stderr
+    # a budget below even the disk path's: still the exact algorithm, and the user is told what holds
+    assert "smallest budget that holds it is --max-memory" in res.stderr and "training goes on, exact" in res.stderr
     res = ok(cli("train", "--store", counted, "--vocab-size", 600, "-o", tmp_path / "m.json", "--max-memory", "4G"))
-    assert "in memory" in res.stderr and "fits" in res.stderr and "pair index alone" not in res.stderr
+    assert "in memory" in res.stderr and "fits" in res.stderr and "smallest budget" not in res.stderr
     assert (tmp_path / "m.json").read_bytes() == (tmp_path / "d.json").read_bytes()
 
 

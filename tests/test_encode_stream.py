@@ -339,7 +339,7 @@ def test_bad_merges_are_named(toks):
 def test_package_attributes_are_lazy_but_there():
     code = (
         "import sys, bpe_stream, bpe_stream.cli\n"
-        "heavy = [m for m in ('bpe_stream.pipeline', 'bpe_stream.trainer', 'bpe_stream.sequences') if m in sys.modules]\n"
+        "heavy = [m for m in ('bpe_stream.pipeline', 'bpe_stream.trainer', 'bpe_stream.disk_engine') if m in sys.modules]\n"
         "assert not heavy, heavy\n"
         "from bpe_stream import Tokenizer, Store, TrainConfig, Trainer, train_bpe, train_from_store, __version__\n"
         "assert {'Tokenizer', 'train_bpe'} <= set(dir(bpe_stream))\n"

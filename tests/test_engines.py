@@ -1,7 +1,7 @@
 """The fast paths against the plain ones: every engine, path and resume gives the same merges.
 
 * the C merge loop (occurrence lists) against the pure-Python plain trainer;
-* the out-of-core path (sequence table in LMDB, pair index in C) against in-memory;
+* the out-of-core path (the C loop with its tables in a scratch file) against in-memory;
 * training with the first k merges forced (resume, --from) against one uninterrupted run;
 * the C encoder against the Python encoder (bpe.encode_by_rank), long pretokens included.
 """
@@ -12,7 +12,6 @@ import os
 import random
 import shutil
 import subprocess
-from array import array
 
 import pytest
 from hypothesis import given
@@ -22,7 +21,7 @@ from bpe_stream import Store, Tokenizer
 from bpe_stream.counting import count_sources, make_settings
 from bpe_stream.pipeline import tokenizer_from_result, train_from_store
 from bpe_stream.reader import Source
-from bpe_stream.sequences import train_on_disk
+from bpe_stream.disk_engine import DiskEngine, ScratchError, train_on_disk
 from bpe_stream.trainer import TrainConfig, Trainer, _fastbpe
 
 pytestmark = pytest.mark.skipif(_fastbpe is None, reason="the C extension is not built")
@@ -84,23 +83,33 @@ def test_disk_path_equals_memory(tmp_path, words, tie, n, eow):
     assert [c for _, _, c in done] == memory.merge_counts
 
 
-def test_disk_path_with_slices_and_commits_equals_memory(tmp_path, monkeypatch):
-    """Tiny slices and commit batches: a merge spread over many slices still pushes each
-    born pair once with its final count."""
-    import bpe_stream.sequences as seq
-
-    monkeypatch.setattr(seq, "_SLICE", 3)
-    monkeypatch.setattr(seq, "_DIRTY_ROWS", 5)
-    monkeypatch.setattr(seq, "_REMAP_ROWS", 7)
+def test_disk_engine_keeps_its_tables_in_an_unnamed_scratch_file(tmp_path):
+    """Long occurrence lists (large blocks of the arena, freed and reused as merges take them)
+    give the in-memory merges; the tables are in the scratch file (it grows, it has no name,
+    its directory goes with the engine)."""
     rng = random.Random(7)
-    words = {bytes(rng.choice(b"abcab") for _ in range(rng.randint(2, 14))): rng.randint(1, 9) for _ in range(300)}
+    words = {bytes(rng.choice(b"abcab") for _ in range(rng.randint(2, 14))): rng.randint(1, 9) for _ in range(30_000)}
+    tokens = [bytes([i]) for i in range(256)]
     for tie in TIE_BREAKS:
-        cfg = config(num_merges=60, tie_break=tie)
-        memory = train(words, "c", num_merges=60, tie_break=tie)
-        base = cfg.base_vocab()
-        done = train_on_disk(sorted(words.items()), [base[i] for i in range(256)], None, tie, 60, 1, [],
-                             str(tmp_path / f"s-{tie}"))
-        assert [(a, b) for a, b, _ in done] == memory.merges
+        memory = train(words, "c", num_merges=300, tie_break=tie)
+        scratch = tmp_path / f"s-{tie}"
+        engine = DiskEngine(tokens, None, tie, str(scratch))
+        try:
+            engine.load(sorted(words.items()))
+            stats = engine.memory()
+            assert stats["disk_bytes"] >= 30_000 * 4 and list(scratch.iterdir()) == []
+            done = engine.merge_best(300, 1)
+            assert engine.memory()["peak_disk_bytes"] >= stats["disk_bytes"]
+        finally:
+            engine.close()
+        assert [(a, b) for a, b, _ in done] == memory.merges and [c for _, _, c in done] == memory.merge_counts
+        assert not scratch.exists()
+
+
+def test_disk_engine_refuses_a_scratch_directory_it_cannot_make(tmp_path):
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(ScratchError, match="scratch directory"):
+        DiskEngine([bytes([i]) for i in range(256)], None, "max-bytes", str(tmp_path / "file" / "scratch"))
 
 
 def test_rare_pairs_kept_out_of_the_heap_are_merged_exactly(tmp_path):
@@ -110,11 +119,6 @@ def test_rare_pairs_kept_out_of_the_heap_are_merged_exactly(tmp_path):
     rng = random.Random(11)
     words = {bytes(rng.choice(b"abcdxyz") for _ in range(rng.randint(2, 9))): rng.randint(1, 6) for _ in range(400)}
     words[b"qrstuvw" * 3] = 2**40  # makes the first threshold 2**24: everything else starts cold
-    index = _fastbpe.PairIndex(tokens=[bytes([i]) for i in range(256)], tie_break="max-bytes")
-    for wid, (word, n) in enumerate(sorted(words.items())):
-        index.add_word(wid, n, array("I", list(word)).tobytes())
-    index.build_heap()
-    assert index.memory()["cold"] > 0
     for tie in TIE_BREAKS:
         py, c = train(words, "python", num_merges=2000, tie_break=tie), train(words, "c", num_merges=2000, tie_break=tie)
         assert c.merges == py.merges and c.merge_counts == py.merge_counts
@@ -126,47 +130,9 @@ def test_rare_pairs_kept_out_of_the_heap_are_merged_exactly(tmp_path):
         assert [(a, b) for a, b, _ in done] == c.merges
 
 
-def test_disk_table_drops_its_map_only_past_the_mapped_budget(tmp_path, monkeypatch):
-    """The scratch table reopens (dropping its mapped pages from this process) when they
-    exceed their budget, and keeps its map otherwise; rows read back are the rows written."""
-    import bpe_stream.sequences as seq
-
-    monkeypatch.setattr(seq, "_REMAP_ROWS", 10)
-    assert seq.mapped_file_bytes() > 0
-    rows = [(i.to_bytes(4, "big"), bytes(8) + bytes([i % 256]) * 400) for i in range(200)]
-    for budget, reopens in ((0, True), (1 << 40, False), (None, True)):
-        table = seq.DiskSequences(str(tmp_path / f"t{budget}"), budget)
-        envs = {id(table.env)}
-        held = [table.env]  # keep closed envs alive so their ids stay distinct
-        for start in range(0, 200, 20):
-            table.put_many(rows[start:start + 20])
-            envs.add(id(table.env))
-            held.append(table.env)
-        assert (len(envs) > 1) == reopens
-        assert table.get_many([k for k, _ in rows]) == rows
-        table.close()
-
-
-def test_disk_table_grows_its_reserved_map(tmp_path):
-    """Rows beyond the first map (16 MB) grow it (and reserve the new space) without loss."""
-    import bpe_stream.sequences as seq
-
-    table = seq.DiskSequences(str(tmp_path / "grow"), None, size_hint=1)
-    assert table.map_size == 16 << 20
-    rows = [(i.to_bytes(4, "big"), i.to_bytes(8, "little") + bytes([i % 251]) * 1000) for i in range(30_000)]
-    for start in range(0, len(rows), 5000):
-        table.put_many(rows[start:start + 5000])
-    table.commit()
-    assert table.map_size > 16 << 20
-    assert os.path.getsize(os.path.join(table.directory, "data.mdb")) >= 30_000 * 1000
-    assert table.get_many([k for k, _ in rows[::97]]) == rows[::97]
-    table.close()
-    assert not os.path.exists(table.directory)
-
-
 def test_disk_path_on_a_full_disk_is_a_clean_error_and_leaves_no_scratch(bpe, tmp_path):
-    """The scratch table's map is reserved before use, so a full disk is one clean error
-    (not SIGBUS), the scratch directory is removed, and training works once space is free."""
+    """The scratch file is reserved before use, so a full disk is one clean error (not
+    SIGBUS), the scratch directory is removed, and training works once space is free."""
     point = tmp_path / "tmpfs"
     point.mkdir()
     if os.geteuid() != 0 or shutil.which("mount") is None:
@@ -182,18 +148,8 @@ def test_disk_path_on_a_full_disk_is_a_clean_error_and_leaves_no_scratch(bpe, tm
         res = bpe("train", "--store", store, "--vocab-size", 400, "--path", "disk", "-o", "d.json")
         assert res.returncode == 1, res.stderr
         lines = [line for line in res.stderr.decode().splitlines() if line.startswith("Error")]
-        assert len(lines) == 1 and "scratch table" in lines[0] and "free disk space" in lines[0], res.stderr
+        assert len(lines) == 1 and "scratch file" in lines[0] and "free disk space" in lines[0], res.stderr
         assert not (store / "train-scratch").exists() and not (tmp_path / "d.json").exists()
-        # without writemap (a table larger than its mapped budget) the commit fails cleanly too
-        import bpe_stream.sequences as seq
-
-        table = seq.DiskSequences(str(point / "plain"), mapped_budget=1, size_hint=10**6)
-        assert not table.writemap
-        with pytest.raises(seq.ScratchError, match="free disk space"):
-            for start in range(0, 10_000, 500):
-                table.put_many([(i.to_bytes(4, "big"), bytes(1000)) for i in range(start, start + 500)])
-            table.commit()
-        table.close()
         subprocess.run(["mount", "-o", "remount,size=64m", str(point)], check=True)
         assert bpe("train", "--store", store, "--vocab-size", 400, "--path", "disk", "-o", "d.json").returncode == 0
         assert bpe("train", "--store", store, "--vocab-size", 400, "--path", "memory", "-o", "m.json").returncode == 0

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import os
 import re
-import struct
 import subprocess
 import sys
 from contextlib import contextmanager
@@ -21,7 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from bpe_stream import bpe, native, sequences
+from bpe_stream import bpe, native
+from bpe_stream.disk_engine import train_on_disk
 from bpe_stream.tokenizer import TokenizerError
 from bpe_stream.trainer import TrainConfig, Trainer, TrainError
 
@@ -43,16 +43,13 @@ def test_the_extension_is_built_where_it_is_required():
 
 
 @needs_c
-def test_c_and_python_hold_the_same_tie_breaks_and_row_layout():
+def test_c_and_python_hold_the_same_tie_breaks():
     assert fastbpe.TIE_BREAKS == bpe.TIE_BREAKS
-    assert fastbpe.SEQUENCE_ROW == sequences.SEQUENCE_ROW
 
 
 @pytest.mark.parametrize("module, fake", [
     ("trainer", "TIE_BREAKS=('min-ids', 'max-bytes', 'min-bytes')"),
     ("trainer", ""),  # a build from before the constants existed
-    ("sequences", "TIE_BREAKS=bpe.TIE_BREAKS, "
-                  "SEQUENCE_ROW=(('key', 4, 'little'), ('count', 8, 'little'), ('symbol', 4, 'little'))"),
 ])
 def test_an_extension_built_from_other_sources_stops_the_import(module, fake):
     code = (f"import types; from bpe_stream import bpe, native; native.fastbpe = types.SimpleNamespace({fake}); "
@@ -74,21 +71,24 @@ def test_the_algorithm_files_include_no_python():
     sources = sorted(p.name for p in CSRC.glob("*.[ch]"))
     including = [name for name in sources if re.search(r"#\s*include\s*[<\"]Python\.h", (CSRC / name).read_text())]
     assert including == ["module.c"]
-    assert {"common.h", "layout.h", "pairs.c", "merge_loop.c", "pair_index.c", "encoder.c"} <= set(sources)
+    assert {"common.h", "layout.h", "pairs.c", "merge_loop.c", "filearena.c", "encoder.c"} <= set(sources)
 
 
 @needs_c
 def test_the_algorithm_files_compile_as_plain_c(tmp_path):
-    """The algorithms link into a C program without Python: a small one trains two merges."""
+    """The algorithms link into a C program without Python: a small one trains its merges,
+    in memory and with its tables in a file arena (the same merges; nothing left on disk)."""
     cc = os.environ.get("CC", "cc")
     program = tmp_path / "train.c"
     program.write_text(r"""
 #include <stdio.h>
 #include "merge_loop.h"
 #include "layout.h"
-int main(void) {
+int main(int argc, char **argv) {
     int rc;
-    MergeLoop *m = merge_loop_new(TB_MAX_BYTES, &rc);
+    FileArena *arena = NULL;
+    if (argc > 1 && !(arena = file_arena_open(argv[1], 0))) return 9;
+    MergeLoop *m = merge_loop_new(TB_MAX_BYTES, arena, &rc);
     if (!m) return 10;
     for (int b = 0; b < 256; b++) { uint8_t c = (uint8_t)b; if (merge_loop_add_token(m, &c, 1)) return 11; }
     const uint8_t symbols[] = "abababc";
@@ -104,7 +104,7 @@ int main(void) {
 """)
     sources = [str(p) for p in sorted(CSRC.glob("*.c")) if p.name != "module.c"]
     try:
-        build = subprocess.run([cc, "-std=c99", "-O1", "-I", str(CSRC), str(program), *sources,
+        build = subprocess.run([cc, "-std=gnu11", "-O1", "-I", str(CSRC), str(program), *sources,
                                 "-o", str(tmp_path / "train")], capture_output=True, text=True)
     except FileNotFoundError:
         pytest.skip(f"no C compiler {cc!r}")
@@ -112,67 +112,10 @@ int main(void) {
     run = subprocess.run([str(tmp_path / "train")], capture_output=True, text=True)
     assert run.returncode == 0
     assert run.stdout.splitlines()[:3] == ["97 98 8", "256 256 3", "256 99 2"]
-
-
-# -- rows ---------------------------------------------------------------------------------
-def key(wid: int) -> bytes:
-    return struct.pack(">I", wid)
-
-
-def value(count: int, *symbols: int) -> bytes:
-    return struct.pack(f"<q{len(symbols)}I", count, *symbols)
-
-
-@needs_c
-def test_sequence_rows_are_little_endian_and_keys_big_endian():
-    """Exact bytes, whatever the host: keys sort (big-endian), counts and symbols are
-    little-endian, on the way in (add_word), out (take_words) and through a merge."""
-    index = fastbpe.PairIndex(tokens=BYTES, tie_break="max-bytes")
-    wid = 0x01020304  # distinct bytes: a key in the wrong order would not match
-    index.add_word(wid, 5, struct.pack("<3I", 97, 98, 99))
-    index.add_word(word_id=7, freq=2, symbols=struct.pack("<2I", 97, 98))
-    index.build_heap()
-    assert index.pop_best(min_count=1) == (97, 98, 7)
-    assert index.take_words(left=97, right=98) == key(7) + key(wid)
-    assert fastbpe.split_keys(key(7) + key(wid), 1, 5) == [key(wid)]
-    assert index.begin_merge(97, 98) == 256
-    rows = [(key(7), value(2, 97, 98)), (key(wid), value(5, 97, 98, 99)), (key(8), value(1 << 40, 99, 99))]
-    assert index.merge_rows(rows=rows) == [(key(7), value(2, 256)), (key(wid), value(5, 256, 99))]
-    index.end_merge()
-    assert index.count(256, 99) == 5 and index.count(98, 99) == 0 and index.count(left=99, right=99) == 0
-
-
-@needs_c
-def test_the_disk_path_writes_rows_in_the_shared_layout(tmp_path):
-    trainer = sequences.DiskEngine(BYTES, None, "max-bytes", str(tmp_path / "scratch"))
-    try:
-        trainer.load([(b"abc", 5), (b"x", 9), (b"zz", 1 << 40)])
-        rows = trainer.table.get_many([key(0), key(1)])
-        assert rows == [(key(0), value(5, 97, 98, 99)), (key(1), value(1 << 40, 122, 122))]
-    finally:
-        trainer.close()
-
-
-@needs_c
-def test_the_pair_index_refuses_damaged_rows_and_calls_out_of_order():
-    index = fastbpe.PairIndex(tokens=BYTES, tie_break="min-ids")
-    index.build_heap()
-    with pytest.raises(RuntimeError, match="out of order"):
-        index.merge_rows([(key(0), value(1, 97))])
-    with pytest.raises(RuntimeError, match="out of order"):
-        index.end_merge()
-    with pytest.raises(ValueError, match="without a token"):
-        index.begin_merge(97, 1 << 40)
-    index.begin_merge(97, 98)
-    with pytest.raises(RuntimeError, match="out of order"):
-        index.begin_merge(97, 98)
-    for row in ((key(0)[:3], value(1, 97)), (key(0), value(1, 97)[:-1]), (key(0), b"1234567")):
-        with pytest.raises(ValueError, match="damaged"):
-            index.merge_rows([row])
-    with pytest.raises(TypeError):
-        index.merge_rows([(key(0), "text")])
-    with pytest.raises(ValueError, match="unknown tie-break"):
-        fastbpe.PairIndex(tokens=BYTES, tie_break="maximum")
+    (tmp_path / "arena").mkdir()
+    on_disk = subprocess.run([str(tmp_path / "train"), str(tmp_path / "arena")], capture_output=True, text=True)
+    assert on_disk.returncode == 0 and on_disk.stdout == run.stdout
+    assert list((tmp_path / "arena").iterdir()) == []  # the scratch file had no name
 
 
 # -- 32-bit counts -------------------------------------------------------------------------
@@ -195,8 +138,8 @@ def train_c(words, **kw):
 def train_disk(tmp_path, words, merges):
     cfg = TrainConfig(num_merges=merges)
     base = cfg.base_vocab()
-    return sequences.train_on_disk(sorted(words), [base[i] for i in range(len(base))], None, "max-bytes", merges, 1, [],
-                                   str(tmp_path / "scratch"))
+    return train_on_disk(sorted(words), [base[i] for i in range(len(base))], None, "max-bytes", merges, 1, [],
+                         str(tmp_path / "scratch"))
 
 
 @needs_c
@@ -211,7 +154,7 @@ def test_positions_past_the_limit_are_too_large_for_the_memory_trainer():
     """300 positions fit a limit of 300, 301 do not (the loop indexes positions in 32 bits)."""
     with limit32(300):
         assert train_c([(b"ab" * 150, 1)], num_merges=3).merges == [(97, 98), (256, 256), (257, 257)]
-        with pytest.raises(TrainError, match="too large for the in-memory trainer.*--path disk"):
+        with pytest.raises(TrainError, match="too large for the merge loop"):
             train_c([(b"ab" * 150 + b"a", 1)], num_merges=3)
 
 
@@ -224,24 +167,9 @@ def test_tokens_past_the_limit_are_too_large_on_both_paths(tmp_path):
         assert len(train_disk(tmp_path, words, 4)) == 4
         with pytest.raises(TrainError, match="too large"):
             train_c(words, num_merges=5)
-        with pytest.raises(TrainError, match="too large for the disk path"):
+        with pytest.raises(TrainError, match="too large for the merge loop"):
             train_disk(tmp_path, words, 5)
     assert len(train_c(words, num_merges=5).merges) == 5  # the limit restored, the same run works
-
-
-@needs_c
-def test_pairs_and_word_ids_past_the_limit_are_too_large_for_the_pair_index():
-    step1 = struct.pack("<256I", *range(256))  # 255 distinct pairs (i, i+1)
-    with limit32(300):
-        index = fastbpe.PairIndex(tokens=BYTES, tie_break="max-bytes")
-        index.add_word(0, 1, step1)
-        index.add_word(1, 1, struct.pack("<46I", *range(0, 92, 2)))  # 45 more: 300 pairs
-        with pytest.raises(OverflowError):
-            index.add_word(2, 1, struct.pack("<2I", 1, 3))  # the 301st
-        index = fastbpe.PairIndex(tokens=BYTES, tie_break="max-bytes")
-        index.add_word(299, 1, struct.pack("<2I", 97, 98))  # word ids 0..299 fit
-        with pytest.raises(OverflowError):
-            index.add_word(300, 1, struct.pack("<2I", 97, 98))
 
 
 @needs_c
@@ -260,9 +188,9 @@ def test_the_cli_says_too_large_in_one_line(cli, tmp_path):
     (tmp_path / "text.txt").write_text("abcdefgh hgfedcba " * 20)
     assert cli("count", "--store", "store", "text.txt").exit_code == 0
     with limit32(260):
-        for path, where in (("memory", "in-memory trainer"), ("disk", "disk path")):
+        for path in ("memory", "disk"):
             res = cli("train", "--store", "store", "--num-merges", 10, "--path", path, "-o", f"{path}.json")
             assert res.exit_code == 1, res
             errors = [line for line in res.stderr.splitlines() if line.startswith("Error")]
-            assert len(errors) == 1 and f"too large for the {where}" in errors[0], res.stderr
+            assert len(errors) == 1 and "too large for the merge loop" in errors[0], res.stderr
             assert "Traceback" not in res.stderr and not (tmp_path / f"{path}.json").exists()

@@ -17,7 +17,7 @@ import pytest
 from bpe_stream import memory_engines
 from bpe_stream.memory_engines import CEngine, PythonEngine
 from bpe_stream.merge_engine import WordArrays
-from bpe_stream.sequences import DiskEngine
+from bpe_stream.disk_engine import DiskEngine
 from bpe_stream.train_driver import Checkpoints, MergeLog, drive
 
 BYTES = [bytes([i]) for i in range(256)]

@@ -75,9 +75,10 @@ def test_the_plan_of_a_plain_run(counted):
 def test_the_path_follows_the_budget_or_the_option(counted):
     small = plan(counted, max_memory=1 << 20)
     assert (small.path, small.engine) == ("disk", "disk") and "exceeds the budget of 1 MB" in small.reason
-    assert "on disk" in small.messages[0] and "pair index alone" in small.messages[1]
+    assert "on disk" in small.messages[0] and "scratch file" in small.messages[1]
+    assert "smallest budget that holds it is --max-memory" in small.messages[2]
     asked = plan(counted, path="disk", max_memory=4 << 30)
-    assert (asked.path, asked.reason, len(asked.messages)) == ("disk", "as asked", 1)
+    assert (asked.path, asked.reason, len(asked.messages)) == ("disk", "as asked", 2)
     python = plan(counted, engine="python", max_memory=4 << 30)
     assert (python.path, python.engine) == ("memory", "python")
     assert python.memory_estimate > plan(counted, max_memory=4 << 30).memory_estimate  # the Python engine's needs

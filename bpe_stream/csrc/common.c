@@ -16,6 +16,7 @@ const char *bs_status_text(int status) {
     case BS_BAD_ARGUMENT: return "an argument out of range";
     /* the same words as merge_engine.COUNT_OVERFLOW, which the Python engine raises */
     case BS_COUNT_OVERFLOW: return "the pair counts of these words pass 2**63-1, the limit of the merge loop's 64-bit counts";
+    case BS_NO_DISK: return "a scratch file could not grow";
     default: return "unknown error";
     }
 }

@@ -1,8 +1,9 @@
 /*
  * common.h: what every algorithm file of bpe_stream/csrc shares -- the index sentinels,
- * the status codes, the hash, and checked growth of arrays.
+ * the status codes, the hash, and checked growth of arrays (allocated through filearena.h's
+ * bs_* functions, so that an array lands in a file arena when one is current).
  *
- * The algorithms (merge_loop, pair_index, encoder, and the pairs they share) include no
+ * The algorithms (merge_loop, encoder, the pairs they share, the file arena, ...) include no
  * Python.h: they take plain C buffers, return a status (BS_OK or a negative bs_status), and
  * could be linked into a C program.  module.c alone converts Python objects to buffers and
  * statuses to exceptions.
@@ -14,6 +15,8 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "filearena.h"
 
 /* Index sentinels: no position, no record, a symbol merged away.  No array indexed by a
  * uint32 may reach them, which is what bs_limit32 guarantees. */
@@ -31,7 +34,8 @@ typedef enum {
     BS_BAD_ROW = -6,           /* a sequence-table row of the wrong size */
     BS_OUT_OF_ORDER = -7,      /* a call out of its sequence (see each type's header) */
     BS_BAD_ARGUMENT = -8,      /* an argument outside what the function takes */
-    BS_COUNT_OVERFLOW = -9     /* a pair count would pass INT64_MAX: ValueError */
+    BS_COUNT_OVERFLOW = -9,    /* a pair count would pass INT64_MAX: ValueError */
+    BS_NO_DISK = -10           /* a scratch file could not grow; errno says why: OSError */
 } bs_status;
 
 /* The error's text, for a C caller or an exception. */
@@ -62,10 +66,11 @@ static inline uint64_t bs_grown_cap(uint64_t cap, uint64_t need, uint64_t first,
     return n;
 }
 
-/* realloc(data, n * item), the product checked; NULL when it overflows or fails. */
+/* realloc(data, n * item), the product checked; NULL when it overflows or fails.  In an
+ * arena's scope (filearena.h) a new array comes from the arena; an array grows where it is. */
 static inline void *bs_realloc_n(void *data, uint64_t n, size_t item) {
     if (item && n > SIZE_MAX / item) return NULL;
-    return realloc(data, (size_t)(n ? n : 1) * item);
+    return bs_realloc(data, (size_t)(n ? n : 1) * item);
 }
 
 /* In a function that returns a status: makes room for `need` items in the array `arr`

@@ -24,6 +24,8 @@
 
 #include "pairs.h"
 
+#include <errno.h>
+
 /* A position: its symbol, its neighbours' positions, and its word's frequency when that
  * fits in 31 bits (nearly always), else BIG_FREQ | word id -- so a visit needs no second
  * random load from the frequency array. */
@@ -79,29 +81,45 @@ struct MergeLoop {
     uint64_t merges; /* done, for pushed_at */
     uint64_t visits, merged;
     int started; /* merge_loop_start was called: no more loads, merges may run */
+    FileArena *arena; /* where every table lives (owned), or NULL: the C library's heap */
 };
 
-MergeLoop *merge_loop_new(int tie_break, int *status) {
+MergeLoop *merge_loop_new(int tie_break, FileArena *arena, int *status) {
     MergeLoop *m = (MergeLoop *)calloc(1, sizeof(MergeLoop));
-    if (!m) { *status = BS_NO_MEMORY; return NULL; }
+    if (!m) { file_arena_close(arena); *status = BS_NO_MEMORY; return NULL; }
+    m->arena = arena;
+    BS_ARENA_SCOPE(arena);
     *status = pairs_init(&m->ps, tie_break);
-    if (*status) { merge_loop_free(m); return NULL; }
+    if (*status) {
+        int err = *status == BS_NO_MEMORY ? merge_loop_disk_error(m) : 0;
+        merge_loop_free(m);
+        if (err) { errno = err; *status = BS_NO_DISK; }
+        return NULL;
+    }
     return m;
 }
 
 void merge_loop_free(MergeLoop *m) {
     if (!m) return;
-    free(m->nodes);
-    free(m->freq);
-    free(m->left.slot_entry); free(m->left.slot_gen); free(m->left.entries);
-    free(m->right.slot_entry); free(m->right.slot_gen); free(m->right.entries);
-    free(m->pend);
-    free(m->born);
+    if (m->arena) { /* every table is in the arena's file: dropped with it */
+        file_arena_close(m->arena);
+        free(m);
+        return;
+    }
+    bs_free(m->nodes);
+    bs_free(m->freq);
+    bs_free(m->left.slot_entry); bs_free(m->left.slot_gen); bs_free(m->left.entries);
+    bs_free(m->right.slot_entry); bs_free(m->right.slot_gen); bs_free(m->right.entries);
+    bs_free(m->pend);
+    bs_free(m->born);
     pairs_free(&m->ps);
     free(m);
 }
 
+int merge_loop_disk_error(const MergeLoop *m) { return m->arena ? file_arena_error(m->arena) : 0; }
+
 int merge_loop_add_token(MergeLoop *m, const uint8_t *data, size_t len) {
+    BS_ARENA_SCOPE(m->arena);
     return pairs_add_token(&m->ps, data, len);
 }
 
@@ -110,12 +128,17 @@ void merge_loop_stats(const MergeLoop *m, MergeLoopStats *out) {
     out->merged = m->merged;
     out->pairs = m->ps.n_recs;
     out->heap = m->ps.heap_len;
+    FileArenaStats fs = {0, 0, 0};
+    if (m->arena) file_arena_stats(m->arena, &fs);
+    out->disk_bytes = fs.file;
+    out->peak_disk_bytes = fs.peak_file;
 }
 
 #define IN_SYM(i) (width == 1 ? (uint32_t)in_sym8[i] : in_sym32[i])
 int merge_loop_load(MergeLoop *m, const void *symbols, int width, uint64_t n_pos, const uint64_t *ends,
                     const int64_t *freqs, uint64_t n_words) {
     PairSet *ps = &m->ps;
+    BS_ARENA_SCOPE(m->arena);
     if (m->nodes || m->started) return BS_OUT_OF_ORDER; /* once, before the merges */
     if (width != 1 && width != 4) return BS_BAD_ARGUMENT;
     if (n_words && ends[n_words - 1] != n_pos) return BS_BAD_WORD_ENDS;
@@ -126,8 +149,8 @@ int merge_loop_load(MergeLoop *m, const void *symbols, int width, uint64_t n_pos
     m->n_pos = n_pos;
     m->nodes = (Node *)bs_realloc_n(NULL, n_pos ? n_pos : 1, sizeof(Node));
     m->freq = (int64_t *)bs_realloc_n(NULL, n_words ? n_words : 1, sizeof(int64_t));
-    uint32_t *small = (uint32_t *)malloc(SMALL * SMALL * sizeof(uint32_t));
-    if (!m->nodes || !m->freq || !small) { free(small); return BS_NO_MEMORY; }
+    uint32_t *small = (uint32_t *)bs_malloc(SMALL * SMALL * sizeof(uint32_t));
+    if (!m->nodes || !m->freq || !small) { bs_free(small); return BS_NO_MEMORY; }
     if (n_words) memcpy(m->freq, freqs, n_words * sizeof(int64_t));
     memset(small, 0xFF, SMALL * SMALL * sizeof(uint32_t));
     int rc = BS_OK;
@@ -166,12 +189,13 @@ int merge_loop_load(MergeLoop *m, const void *symbols, int width, uint64_t n_pos
         start = end;
     }
 done:
-    free(small);
+    bs_free(small);
     return rc;
 }
 #undef IN_SYM
 
 int merge_loop_start(MergeLoop *m) {
+    BS_ARENA_SCOPE(m->arena);
     if (m->started) return BS_OUT_OF_ORDER;
     m->started = 1;
     return pairs_build_heap(&m->ps, 0);
@@ -188,8 +212,8 @@ static int sort_positions(uint32_t *v, uint32_t n) {
         return BS_OK;
     }
     uint32_t *tmp = (uint32_t *)bs_realloc_n(NULL, n, sizeof(uint32_t));
-    uint32_t *count = (uint32_t *)malloc(65536 * sizeof(uint32_t));
-    if (!tmp || !count) { free(tmp); free(count); return BS_NO_MEMORY; }
+    uint32_t *count = (uint32_t *)bs_malloc(65536 * sizeof(uint32_t));
+    if (!tmp || !count) { bs_free(tmp); bs_free(count); return BS_NO_MEMORY; }
     uint32_t *src = v, *dst = tmp;
     for (int shift = 0; shift < 32; shift += 16) {
         memset(count, 0, 65536 * sizeof(uint32_t));
@@ -206,8 +230,8 @@ static int sort_positions(uint32_t *v, uint32_t n) {
         dst = t;
     }
     /* two passes: the result is back in v */
-    free(tmp);
-    free(count);
+    bs_free(tmp);
+    bs_free(count);
     return BS_OK;
 }
 
@@ -218,8 +242,8 @@ static uint32_t side_limit(void) { return bs_limit32 < RIGHT_SIDE - 1 ? bs_limit
 static int side_reset(Side *sd) {
     if (!sd->slot_entry) {
         sd->mask = 255;
-        sd->slot_entry = (uint32_t *)malloc(256 * sizeof(uint32_t));
-        sd->slot_gen = (uint32_t *)calloc(256, sizeof(uint32_t));
+        sd->slot_entry = (uint32_t *)bs_malloc(256 * sizeof(uint32_t));
+        sd->slot_gen = (uint32_t *)bs_calloc(256, sizeof(uint32_t));
         if (!sd->slot_entry || !sd->slot_gen) return BS_NO_MEMORY;
     }
     sd->n = 0;
@@ -234,10 +258,10 @@ static int side_grow(Side *sd) {
     uint64_t size = ((uint64_t)sd->mask + 1) * 2;
     if (size > ((uint64_t)1 << 32)) return BS_TOO_LARGE; /* slots are found by a uint32 mask */
     uint32_t *se = (uint32_t *)bs_realloc_n(NULL, size, sizeof(uint32_t));
-    uint32_t *sg = (uint32_t *)calloc((size_t)size, sizeof(uint32_t));
-    if (!se || !sg) { free(se); free(sg); return BS_NO_MEMORY; }
-    free(sd->slot_entry);
-    free(sd->slot_gen);
+    uint32_t *sg = (uint32_t *)bs_calloc((size_t)size, sizeof(uint32_t));
+    if (!se || !sg) { bs_free(se); bs_free(sg); return BS_NO_MEMORY; }
+    bs_free(sd->slot_entry);
+    bs_free(sd->slot_gen);
     sd->slot_entry = se;
     sd->slot_gen = sg;
     sd->mask = (uint32_t)(size - 1);
@@ -406,6 +430,7 @@ int merge_loop_step(MergeLoop *m, int64_t min_count, const uint32_t *forced, uin
     uint32_t r;
     int64_t c;
     int rc;
+    BS_ARENA_SCOPE(m->arena);
     if (!m->started) return BS_OUT_OF_ORDER;
     if (forced) {
         if (forced[0] >= ps->n_tokens || forced[1] >= ps->n_tokens) return BS_UNKNOWN_SYMBOL;

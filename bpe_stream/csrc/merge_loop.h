@@ -24,10 +24,18 @@ typedef struct {
     uint64_t visits, merged; /* occurrences visited, and of those, merged */
     uint32_t pairs;          /* pair records */
     uint64_t heap;           /* heap entries left */
+    uint64_t disk_bytes, peak_disk_bytes; /* of the arena's file, if any (now, at most) */
 } MergeLoopStats;
 
-/* NULL with *status set when it cannot (a tie-break that is none, no memory). */
-MergeLoop *merge_loop_new(int tie_break, int *status);
+/* NULL with *status set when it cannot (a tie-break that is none, no memory).  With an
+ * `arena` (filearena.h; the loop takes it over, and closes it even when it fails) every
+ * table of the loop -- positions, pair records and their lists, the heap -- lives in the
+ * arena's scratch file instead of the process's anonymous memory: same merges, memory the
+ * kernel may write back and drop. */
+MergeLoop *merge_loop_new(int tie_break, FileArena *arena, int *status);
+/* The errno of the arena's last failure for want of disk (ENOSPC ...), else 0: a call that
+ * returned BS_NO_MEMORY then failed for that. */
+int merge_loop_disk_error(const MergeLoop *m);
 void merge_loop_free(MergeLoop *m);
 int merge_loop_add_token(MergeLoop *m, const uint8_t *data, size_t len);
 /* The words: `n_pos` symbols, `width` bytes each (1: byte ids, 4: uint32 in host order),

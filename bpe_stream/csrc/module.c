@@ -8,10 +8,10 @@
  * RuntimeError, the rest -> ValueError.  The algorithms:
  *
  *   common.{h,c}      sentinels, statuses, the hash, checked growth (bs_limit32)
- *   layout.h          the tie-break rules and the sequence table's rows, shared with Python
+ *   layout.h          the tie-break rules, shared with Python
  *   pairs.{h,c}       pair records, pair table, heap with the tie-break, cold list
- *   merge_loop.{h,c}  the in-memory merge loop                      -> MergeLoop
- *   pair_index.{h,c}  the disk path's pair index                     -> PairIndex
+ *   merge_loop.{h,c}  the merge loop (in memory, or in a file arena)  -> MergeLoop
+ *   filearena.{h,c}   memory in a scratch file: the disk path's tables -> MergeLoop(scratch_dir=)
  *   encoder.{h,c}     rank-ordered BPE of one pretoken               -> Encoder
  *   textencoder.{h,c} UTF-8 bytes to ids: special tokens (specials.{h,c}), the scanner,
  *                     a bounded pretoken cache (idcache.{h,c}), the encoder
@@ -24,6 +24,7 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <errno.h>
 #include <time.h>
 
 #include "common.h"
@@ -31,7 +32,6 @@
 #include "idformat.h"
 #include "layout.h"
 #include "merge_loop.h"
-#include "pair_index.h"
 #include "counttable.h"
 #include "scan.h"
 #include "storecheck.h"
@@ -44,6 +44,7 @@ static PyObject *raise_status(int status) {
     case BS_NO_MEMORY: return PyErr_NoMemory();
     case BS_TOO_LARGE: PyErr_SetString(PyExc_OverflowError, text); break;
     case BS_OUT_OF_ORDER: PyErr_SetString(PyExc_RuntimeError, text); break;
+    case BS_NO_DISK: return PyErr_SetFromErrno(PyExc_OSError); /* errno set where it failed */
     default: PyErr_SetString(PyExc_ValueError, text); break;
     }
     return NULL;
@@ -71,18 +72,7 @@ static int add_tokens(PyObject *tokens, int (*add)(void *, const uint8_t *, size
     return 0;
 }
 
-/* The arguments (tokens, tie_break) of MergeLoop() and PairIndex(): the list of the tokens'
- * bytes and the rule's number; -1 with an exception. */
-static int parse_tokens_and_rule(PyObject *args, PyObject *kwds, PyObject **tokens, int *rule) {
-    static char *kwlist[] = {"tokens", "tie_break", NULL};
-    const char *tie_name;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!s", kwlist, &PyList_Type, tokens, &tie_name)) return -1;
-    *rule = tie_break_number(tie_name);
-    return *rule < 0 ? -1 : 0;
-}
-
 static int add_loop_token(void *m, const uint8_t *data, size_t len) { return merge_loop_add_token(m, data, len); }
-static int add_index_token(void *pi, const uint8_t *data, size_t len) { return pair_index_add_token(pi, data, len); }
 
 /* A token id from Python; ids beyond 32 bits become BS_NONE, which no token has. */
 static uint32_t token_id(unsigned long long v) { return v >= BS_NONE ? BS_NONE : (uint32_t)v; }
@@ -107,14 +97,39 @@ static void MergeLoop_dealloc(MergeLoopObject *self) {
 }
 
 static int MergeLoop_init(MergeLoopObject *self, PyObject *args, PyObject *kwds) {
-    PyObject *tokens;
+    static char *kwlist[] = {"tokens", "tie_break", "scratch_dir", NULL};
+    PyObject *tokens, *scratch = Py_None;
+    const char *tie_name;
     int rule, rc;
-    if (parse_tokens_and_rule(args, kwds, &tokens, &rule) < 0) return -1;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!s|O", kwlist, &PyList_Type, &tokens, &tie_name, &scratch)) return -1;
+    if ((rule = tie_break_number(tie_name)) < 0) return -1;
+    FileArena *arena = NULL;
+    if (scratch != Py_None) {
+        PyObject *path = NULL;
+        if (!PyUnicode_FSConverter(scratch, &path)) return -1;
+        arena = file_arena_open(PyBytes_AS_STRING(path), 0);
+        if (!arena) {
+            PyErr_SetFromErrnoWithFilenameObject(PyExc_OSError, scratch);
+            Py_DECREF(path);
+            return -1;
+        }
+        Py_DECREF(path);
+    }
     merge_loop_free(self->m);
-    self->m = merge_loop_new(rule, &rc);
+    self->m = merge_loop_new(rule, arena, &rc);
     if (!self->m) { raise_status(rc); return -1; }
     self->load_seconds = self->merge_seconds = 0;
     return add_tokens(tokens, add_loop_token, self->m);
+}
+
+/* raise_status, except that a loop whose scratch file ran out of disk raises OSError(errno). */
+static PyObject *raise_loop_status(MergeLoop *m, int status) {
+    int err = status == BS_NO_MEMORY ? merge_loop_disk_error(m) : 0;
+    if (err) {
+        errno = err;
+        return PyErr_SetFromErrno(PyExc_OSError);
+    }
+    return raise_status(status);
 }
 
 /* The loop, or NULL with an exception when __init__ did not make one. */
@@ -160,13 +175,13 @@ static PyObject *MergeLoop_load(MergeLoopObject *self, PyObject *args, PyObject 
     } else {
         rc = merge_loop_load(m, bufs[0].buf, width, n_pos, (const uint64_t *)bufs[1].buf,
                              (const int64_t *)bufs[2].buf, n_words);
-        if (rc) raise_status(rc);
+        if (rc) raise_loop_status(m, rc);
     }
     for (int k = 0; k < 3; k++) PyBuffer_Release(&bufs[k]);
     if (rc) return NULL;
     /* The input is copied into the loop: let it go before the merges grow the tables. */
     if (PyList_SetSlice(words, 0, PyList_GET_SIZE(words), NULL) < 0) return NULL;
-    if ((rc = merge_loop_start(m))) return raise_status(rc);
+    if ((rc = merge_loop_start(m))) return raise_loop_status(m, rc);
     self->load_seconds += now() - t0;
     Py_RETURN_NONE;
 }
@@ -190,7 +205,7 @@ static PyObject *MergeLoop_merge_given(MergeLoopObject *self, PyObject *args, Py
     double t0 = now();
     int rc = merge_loop_merge_given(m, ids, (uint64_t)n, counts);
     self->merge_seconds += now() - t0;
-    if (rc) { raise_status(rc); goto done; }
+    if (rc) { raise_loop_status(m, rc); goto done; }
     if (!(out = PyList_New(n))) goto done;
     for (Py_ssize_t k = 0; k < n; k++) {
         PyObject *c = PyLong_FromLongLong((long long)counts[k]);
@@ -225,7 +240,7 @@ static PyObject *MergeLoop_merge_best(MergeLoopObject *self, PyObject *args, PyO
             if (!merge || PyList_Append(out, merge) < 0) { Py_XDECREF(merge); goto fail; }
             Py_DECREF(merge);
         }
-        if (rc) { raise_status(rc); goto fail; }
+        if (rc) { raise_loop_status(m, rc); goto fail; }
         made += (long long)got;
         if (got < want) break;
     }
@@ -240,9 +255,11 @@ static PyObject *MergeLoop_stats(MergeLoopObject *self, PyObject *noargs) {
     if (!m) return NULL;
     MergeLoopStats st;
     merge_loop_stats(m, &st);
-    return Py_BuildValue("{s:K,s:K,s:I,s:K,s:d,s:d}", "visits", (unsigned long long)st.visits, "merged",
+    return Py_BuildValue("{s:K,s:K,s:I,s:K,s:d,s:d,s:K,s:K}", "visits", (unsigned long long)st.visits, "merged",
                          (unsigned long long)st.merged, "pairs", st.pairs, "heap", (unsigned long long)st.heap,
-                         "load_seconds", self->load_seconds, "merge_seconds", self->merge_seconds);
+                         "load_seconds", self->load_seconds, "merge_seconds", self->merge_seconds,
+                         "disk_bytes", (unsigned long long)st.disk_bytes,
+                         "peak_disk_bytes", (unsigned long long)st.peak_disk_bytes);
 }
 
 #define KW (METH_VARARGS | METH_KEYWORDS)
@@ -267,224 +284,16 @@ static PyTypeObject MergeLoopType = {
     .tp_name = "bpe_stream._fastbpe.MergeLoop",
     .tp_basicsize = sizeof(MergeLoopObject),
     .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "MergeLoop(tokens, tie_break): the in-memory merge loop (tokens: the bytes of ids 0..n-1;\n"
-              "merges take the ids after them).  load once, then merge_given / merge_best in any order.",
+    .tp_doc = "MergeLoop(tokens, tie_break, scratch_dir=None): the merge loop (tokens: the bytes of ids 0..n-1;\n"
+              "merges take the ids after them).  load once, then merge_given / merge_best in any order.\n"
+              "scratch_dir: keep every table in an unnamed scratch file there (file-backed pages, not\n"
+              "anonymous memory); a full disk is OSError(ENOSPC).",
     .tp_new = PyType_GenericNew,
     .tp_init = (initproc)MergeLoop_init,
     .tp_dealloc = (destructor)MergeLoop_dealloc,
     .tp_methods = MergeLoop_methods,
 };
 
-/* -- PairIndex -------------------------------------------------------------------------- */
-typedef struct {
-    PyObject_HEAD
-    PairIndex *pi;
-} PairIndexObject;
-
-static void PairIndex_dealloc(PairIndexObject *self) {
-    pair_index_free(self->pi);
-    Py_TYPE(self)->tp_free((PyObject *)self);
-}
-
-static int PairIndex_init(PairIndexObject *self, PyObject *args, PyObject *kwds) {
-    PyObject *tokens;
-    int rule, rc;
-    if (parse_tokens_and_rule(args, kwds, &tokens, &rule) < 0) return -1;
-    pair_index_free(self->pi);
-    self->pi = pair_index_new(rule, &rc);
-    if (!self->pi) { raise_status(rc); return -1; }
-    return add_tokens(tokens, add_index_token, self->pi);
-}
-
-/* The index, or NULL with an exception when __init__ did not make one. */
-static PairIndex *index_of(PairIndexObject *self) {
-    if (!self->pi) PyErr_SetString(PyExc_RuntimeError, "PairIndex.__init__ was not called");
-    return self->pi;
-}
-
-static PyObject *PairIndex_add_word(PairIndexObject *self, PyObject *args, PyObject *kwds) {
-    static char *kwlist[] = {"word_id", "freq", "symbols", NULL};
-    unsigned int wid;
-    long long freq;
-    Py_buffer seq;
-    PairIndex *pi = index_of(self);
-    if (!pi || !PyArg_ParseTupleAndKeywords(args, kwds, "ILy*", kwlist, &wid, &freq, &seq)) return NULL;
-    int rc = pair_index_add_word(pi, wid, freq, (const uint8_t *)seq.buf, (size_t)seq.len / BS_SEQ_SYMBOL_BYTES);
-    PyBuffer_Release(&seq);
-    if (rc) return raise_status(rc);
-    Py_RETURN_NONE;
-}
-
-static PyObject *PairIndex_build_heap(PairIndexObject *self, PyObject *noargs) {
-    PairIndex *pi = index_of(self);
-    if (!pi) return NULL;
-    int rc = pair_index_build_heap(pi);
-    if (rc) return raise_status(rc);
-    Py_RETURN_NONE;
-}
-
-static PyObject *PairIndex_pop_best(PairIndexObject *self, PyObject *args, PyObject *kwds) {
-    static char *kwlist[] = {"min_count", NULL};
-    long long min_count;
-    PairIndex *pi = index_of(self);
-    if (!pi || !PyArg_ParseTupleAndKeywords(args, kwds, "L", kwlist, &min_count)) return NULL;
-    uint32_t a, b;
-    int64_t count;
-    int got = pair_index_pop_best(pi, min_count, &a, &b, &count);
-    if (got < 0) return raise_status(got);
-    if (!got) Py_RETURN_NONE;
-    return Py_BuildValue("(IIL)", a, b, (long long)count);
-}
-
-/* Parses (left, right) token ids. */
-static int parse_pair(PyObject *args, PyObject *kwds, uint32_t *a, uint32_t *b) {
-    static char *kwlist[] = {"left", "right", NULL};
-    unsigned long long left, right;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "KK", kwlist, &left, &right)) return -1;
-    *a = token_id(left);
-    *b = token_id(right);
-    return 0;
-}
-
-static PyObject *PairIndex_count(PairIndexObject *self, PyObject *args, PyObject *kwds) {
-    uint32_t a, b;
-    PairIndex *pi = index_of(self);
-    if (!pi || parse_pair(args, kwds, &a, &b) < 0) return NULL;
-    return PyLong_FromLongLong(pair_index_count(pi, a, b));
-}
-
-/* Packed in one bytes object (a frequent pair may name millions of words, and one object
- * a key would cost ten times the memory). */
-static PyObject *PairIndex_take_words(PairIndexObject *self, PyObject *args, PyObject *kwds) {
-    uint32_t a, b;
-    PairIndex *pi = index_of(self);
-    if (!pi || parse_pair(args, kwds, &a, &b) < 0) return NULL;
-    OccList words;
-    int rc = pair_index_take_words(pi, a, b, &words);
-    if (rc) return raise_status(rc);
-    PyObject *out = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)words.len * BS_SEQ_KEY_BYTES);
-    if (out) {
-        uint8_t *o = (uint8_t *)PyBytes_AS_STRING(out);
-        for (uint32_t k = 0; k < words.len; k++) bs_seq_put_key(o + (size_t)BS_SEQ_KEY_BYTES * k, words.items[k]);
-    }
-    occ_release(&words);
-    return out;
-}
-
-static PyObject *PairIndex_begin_merge(PairIndexObject *self, PyObject *args, PyObject *kwds) {
-    uint32_t a, b, z;
-    PairIndex *pi = index_of(self);
-    if (!pi || parse_pair(args, kwds, &a, &b) < 0) return NULL;
-    int rc = pair_index_begin_merge(pi, a, b, &z);
-    if (rc) return raise_status(rc);
-    return PyLong_FromUnsignedLong(z);
-}
-
-static PyObject *PairIndex_merge_rows(PairIndexObject *self, PyObject *args, PyObject *kwds) {
-    static char *kwlist[] = {"rows", NULL};
-    PyObject *rows;
-    PairIndex *pi = index_of(self);
-    if (!pi || !PyArg_ParseTupleAndKeywords(args, kwds, "O!", kwlist, &PyList_Type, &rows)) return NULL;
-    PyObject *changed = PyList_New(0);
-    if (!changed) return NULL;
-    for (Py_ssize_t k = 0; k < PyList_GET_SIZE(rows); k++) {
-        PyObject *row = PyList_GET_ITEM(rows, k), *key, *value;
-        if (!PyTuple_Check(row) || PyTuple_GET_SIZE(row) != 2 || !PyBytes_Check(key = PyTuple_GET_ITEM(row, 0)) ||
-            !PyBytes_Check(value = PyTuple_GET_ITEM(row, 1))) {
-            PyErr_SetString(PyExc_TypeError, "rows are (key, value) bytes");
-            goto fail;
-        }
-        const uint8_t *out;
-        size_t out_len;
-        int rc = pair_index_merge_row(pi, (const uint8_t *)PyBytes_AS_STRING(key), (size_t)PyBytes_GET_SIZE(key),
-                                      (const uint8_t *)PyBytes_AS_STRING(value), (size_t)PyBytes_GET_SIZE(value),
-                                      &out, &out_len);
-        if (rc < 0) { raise_status(rc); goto fail; }
-        if (!rc) continue;
-        PyObject *nv = PyBytes_FromStringAndSize((const char *)out, (Py_ssize_t)out_len);
-        if (!nv) goto fail;
-        PyObject *t = PyTuple_Pack(2, key, nv);
-        Py_DECREF(nv);
-        if (!t || PyList_Append(changed, t) < 0) { Py_XDECREF(t); goto fail; }
-        Py_DECREF(t);
-    }
-    return changed;
-fail:
-    Py_DECREF(changed);
-    return NULL;
-}
-
-static PyObject *PairIndex_end_merge(PairIndexObject *self, PyObject *noargs) {
-    PairIndex *pi = index_of(self);
-    if (!pi) return NULL;
-    int rc = pair_index_end_merge(pi);
-    if (rc) return raise_status(rc);
-    Py_RETURN_NONE;
-}
-
-static PyObject *PairIndex_memory(PairIndexObject *self, PyObject *noargs) {
-    PairIndex *pi = index_of(self);
-    if (!pi) return NULL;
-    PairIndexMemory mem;
-    pair_index_memory(pi, &mem);
-    return Py_BuildValue("{s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K}", "pairs", (unsigned long long)mem.pairs,
-                         "signatures", (unsigned long long)mem.signatures, "cold", (unsigned long long)mem.cold,
-                         "records", (unsigned long long)mem.records, "table", (unsigned long long)mem.table,
-                         "heap", (unsigned long long)mem.heap, "heap_entries", (unsigned long long)mem.heap_entries,
-                         "word_lists", (unsigned long long)mem.word_lists);
-}
-
-#define KW (METH_VARARGS | METH_KEYWORDS)
-static PyMethodDef PairIndex_methods[] = {
-    {"add_word", (PyCFunction)(void (*)(void))PairIndex_add_word, KW,
-     "add_word(word_id, freq, symbols): index one word (symbols: uint32 little-endian, as in a row)."},
-    {"build_heap", (PyCFunction)PairIndex_build_heap, METH_NOARGS, "Call once after the last add_word."},
-    {"pop_best", (PyCFunction)(void (*)(void))PairIndex_pop_best, KW,
-     "pop_best(min_count) -> (left, right, count) or None."},
-    {"count", (PyCFunction)(void (*)(void))PairIndex_count, KW, "count(left, right) -> the pair's current count."},
-    {"take_words", (PyCFunction)(void (*)(void))PairIndex_take_words, KW,
-     "take_words(left, right) -> the keys of the words that may hold the pair, sorted, packed (SEQUENCE_ROW's key)."},
-    {"begin_merge", (PyCFunction)(void (*)(void))PairIndex_begin_merge, KW,
-     "begin_merge(left, right) -> new token id."},
-    {"merge_rows", (PyCFunction)(void (*)(void))PairIndex_merge_rows, KW,
-     "merge_rows(rows) -> [(key, value)] of the rows that changed, ready for Cursor.putmulti."},
-    {"end_merge", (PyCFunction)PairIndex_end_merge, METH_NOARGS, "Ends the merge: pushes the pairs it made."},
-    {"memory", (PyCFunction)PairIndex_memory, METH_NOARGS,
-     "Sizes of the index's parts in bytes (and counts of pairs and heap entries)."},
-    {NULL, NULL, 0, NULL},
-};
-
-static PyTypeObject PairIndexType = {
-    PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "bpe_stream._fastbpe.PairIndex",
-    .tp_basicsize = sizeof(PairIndexObject),
-    .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "PairIndex(tokens, tie_break): pair counts, word lists and heap of the out-of-core trainer.",
-    .tp_new = PyType_GenericNew,
-    .tp_init = (initproc)PairIndex_init,
-    .tp_dealloc = (destructor)PairIndex_dealloc,
-    .tp_methods = PairIndex_methods,
-};
-
-/* split_keys(packed, start, stop): the keys start..stop-1 of a packed key string
- * (take_words' result) as a list of bytes, the form Cursor.getmulti takes. */
-static PyObject *split_keys(PyObject *self, PyObject *args, PyObject *kwds) {
-    static char *kwlist[] = {"packed", "start", "stop", NULL};
-    Py_buffer packed;
-    Py_ssize_t start, stop;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "y*nn", kwlist, &packed, &start, &stop)) return NULL;
-    Py_ssize_t n = packed.len / BS_SEQ_KEY_BYTES;
-    if (start < 0) start = 0;
-    if (stop > n) stop = n;
-    PyObject *out = PyList_New(stop > start ? stop - start : 0);
-    for (Py_ssize_t k = start; out && k < stop; k++) {
-        PyObject *key = PyBytes_FromStringAndSize((const char *)packed.buf + BS_SEQ_KEY_BYTES * k, BS_SEQ_KEY_BYTES);
-        if (!key) { Py_CLEAR(out); break; }
-        PyList_SET_ITEM(out, k - start, key);
-    }
-    PyBuffer_Release(&packed);
-    return out;
-}
 
 /* -- Encoder ------------------------------------------------------------------------------ */
 typedef struct {
@@ -964,8 +773,6 @@ static PyObject *set_limit32(PyObject *self, PyObject *args, PyObject *kwds) {
 }
 
 static PyMethodDef methods[] = {
-    {"split_keys", (PyCFunction)(void (*)(void))split_keys, KW,
-     "split_keys(packed, start, stop) -> list of keys (SEQUENCE_ROW's key)."},
     {"scan", (PyCFunction)(void (*)(void))py_scan, KW, scan_doc},
     {"store_check", (PyCFunction)(void (*)(void))store_check, KW,
      "store_check(buffer, txnid) -> 0 (consistent) or 1 (snapshot gone: retry); ValueError names the damage."},
@@ -976,10 +783,9 @@ static PyMethodDef methods[] = {
 };
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_fastbpe",
-                                    "The BPE merge loop, pair index, encoder, pretokenizer scanner and count table in C.", -1, methods};
+                                    "The BPE merge loop, encoder, pretokenizer scanner and count table in C.", -1, methods};
 
-/* TIE_BREAKS: the rules' names in the order of their numbers; SEQUENCE_ROW: the sequence
- * table's fields as (name, bytes, byte order) -- both from layout.h. */
+/* TIE_BREAKS: the rules' names in the order of their numbers, from layout.h. */
 static int add_layout(PyObject *m) {
 #define BS_TB_NAME_(id, name) name,
     static const char *rules[] = {BS_TIE_BREAKS(BS_TB_NAME_)};
@@ -992,13 +798,6 @@ static int add_layout(PyObject *m) {
         PyTuple_SET_ITEM(names, k, s);
     }
     if (PyModule_AddObject(m, "TIE_BREAKS", names) < 0) { Py_DECREF(names); return -1; }
-#define BS_FIELD_(name, size, order) "(sis)"
-#define BS_FIELD_ARGS_(name, size, order) , name, (int)(size), order
-    PyObject *row = Py_BuildValue("(" BS_SEQUENCE_ROW(BS_FIELD_) ")" BS_SEQUENCE_ROW(BS_FIELD_ARGS_));
-#undef BS_FIELD_
-#undef BS_FIELD_ARGS_
-    if (!row) return -1;
-    if (PyModule_AddObject(m, "SEQUENCE_ROW", row) < 0) { Py_DECREF(row); return -1; }
     return 0;
 }
 
@@ -1029,12 +828,12 @@ static int add_type(PyObject *m, const char *name, PyTypeObject *type) {
 }
 
 PyMODINIT_FUNC PyInit__fastbpe(void) {
-    if (PyType_Ready(&MergeLoopType) < 0 || PyType_Ready(&PairIndexType) < 0 || PyType_Ready(&EncoderType) < 0 ||
+    if (PyType_Ready(&MergeLoopType) < 0 || PyType_Ready(&EncoderType) < 0 ||
         PyType_Ready(&CountTableType) < 0)
         return NULL;
     PyObject *m = PyModule_Create(&module);
     if (!m) return NULL;
-    if (add_type(m, "MergeLoop", &MergeLoopType) < 0 || add_type(m, "PairIndex", &PairIndexType) < 0 ||
+    if (add_type(m, "MergeLoop", &MergeLoopType) < 0 ||
         add_type(m, "Encoder", &EncoderType) < 0 || add_type(m, "CountTable", &CountTableType) < 0 ||
         add_layout(m) < 0 || add_scan_constants(m) < 0) {
         Py_DECREF(m);

@@ -28,14 +28,14 @@ int occ_resize(PairRec *p, uint64_t len, uint64_t room) {
     if (len <= INLINE_OCC) { /* ...except that a short length means inline: move back */
         uint32_t *e = p->occ.ext, keep[INLINE_OCC];
         memcpy(keep, e + 1, len * sizeof(uint32_t));
-        free(e);
+        bs_free(e);
         memcpy(p->occ.inl, keep, len * sizeof(uint32_t));
     }
     return BS_OK;
 }
 
 void occ_free(PairRec *p) {
-    if (p->n_occ > INLINE_OCC) free(p->occ.ext);
+    if (p->n_occ > INLINE_OCC) bs_free(p->occ.ext);
     p->n_occ = 0;
 }
 
@@ -53,13 +53,13 @@ void occ_take(PairRec *p, OccList *out) {
 }
 
 void occ_release(OccList *l) {
-    free(l->owned);
+    bs_free(l->owned);
     l->owned = NULL;
 }
 
 void occ_trim(PairRec *p) {
     if (p->n_occ > INLINE_OCC && p->occ.ext[0] > p->n_occ) {
-        uint32_t *d = (uint32_t *)realloc(p->occ.ext, ((size_t)p->n_occ + 1) * sizeof(uint32_t));
+        uint32_t *d = (uint32_t *)bs_realloc(p->occ.ext, ((size_t)p->n_occ + 1) * sizeof(uint32_t));
         if (d) { p->occ.ext = d; d[0] = p->n_occ; }
     }
 }
@@ -71,7 +71,7 @@ int pairs_init(PairSet *ps, int tie_break) {
     memset(ps, 0, sizeof(*ps));
     if (!bs_tie_break_name(tie_break)) return BS_UNKNOWN_TIE_BREAK;
     ps->tie_break = tie_break;
-    ps->table = (uint64_t *)malloc(FIRST_TABLE * sizeof(uint64_t));
+    ps->table = (uint64_t *)bs_malloc(FIRST_TABLE * sizeof(uint64_t));
     if (!ps->table) return BS_NO_MEMORY;
     memset(ps->table, 0xFF, FIRST_TABLE * sizeof(uint64_t));
     ps->table_mask = FIRST_TABLE - 1;
@@ -81,24 +81,24 @@ int pairs_init(PairSet *ps, int tie_break) {
 void pairs_free(PairSet *ps) {
     if (ps->recs)
         for (uint32_t r = 0; r < ps->n_recs; r++) occ_free(&ps->recs[r]);
-    free(ps->recs);
-    free(ps->table);
-    free(ps->heap);
-    free(ps->cold);
+    bs_free(ps->recs);
+    bs_free(ps->table);
+    bs_free(ps->heap);
+    bs_free(ps->cold);
     if (ps->tokens)
-        for (uint32_t t = 0; t < ps->n_tokens; t++) free(ps->tokens[t].data);
-    free(ps->tokens);
+        for (uint32_t t = 0; t < ps->n_tokens; t++) bs_free(ps->tokens[t].data);
+    bs_free(ps->tokens);
     memset(ps, 0, sizeof(*ps));
 }
 
 /* Appends a token whose `len` bytes are in `data`, an allocation the set takes over. */
 static int adopt_token(PairSet *ps, uint8_t *data, uint64_t len) {
-    if (len > bs_limit32) { free(data); return BS_TOO_LARGE; }
+    if (len > bs_limit32) { bs_free(data); return BS_TOO_LARGE; }
     uint64_t need = (uint64_t)ps->n_tokens + 1;
     if (need > ps->cap_tokens) {
         uint64_t cap = bs_grown_cap(ps->cap_tokens, need, 1024, bs_limit32);
         Token *d = cap ? (Token *)bs_realloc_n(ps->tokens, cap, sizeof(Token)) : NULL;
-        if (!d) { free(data); return cap ? BS_NO_MEMORY : BS_TOO_LARGE; }
+        if (!d) { bs_free(data); return cap ? BS_NO_MEMORY : BS_TOO_LARGE; }
         ps->tokens = d;
         ps->cap_tokens = (uint32_t)cap;
     }
@@ -110,7 +110,7 @@ static int adopt_token(PairSet *ps, uint8_t *data, uint64_t len) {
 
 int pairs_add_token(PairSet *ps, const uint8_t *data, size_t len) {
     if ((uint64_t)len > bs_limit32) return BS_TOO_LARGE;
-    uint8_t *copy = (uint8_t *)malloc(len ? len : 1);
+    uint8_t *copy = (uint8_t *)bs_malloc(len ? len : 1);
     if (!copy) return BS_NO_MEMORY;
     if (len) memcpy(copy, data, len);
     return adopt_token(ps, copy, len);
@@ -121,7 +121,7 @@ int pairs_add_merged_token(PairSet *ps, uint32_t a, uint32_t b) {
     Token ta = ps->tokens[a], tb = ps->tokens[b];
     uint64_t len = (uint64_t)ta.len + tb.len;
     if (len > bs_limit32) return BS_TOO_LARGE;
-    uint8_t *buf = (uint8_t *)malloc((size_t)len + 1);
+    uint8_t *buf = (uint8_t *)bs_malloc((size_t)len + 1);
     if (!buf) return BS_NO_MEMORY;
     memcpy(buf, ta.data, ta.len);
     memcpy(buf + ta.len, tb.data, tb.len);
@@ -141,7 +141,7 @@ static int table_grow(PairSet *ps) {
         while (t[h] != SLOT_EMPTY) h = (h + 1) & (new_size - 1);
         t[h] = slot;
     }
-    free(ps->table);
+    bs_free(ps->table);
     ps->table = t;
     ps->table_mask = new_size - 1;
     return BS_OK;
@@ -275,7 +275,7 @@ static int thaw(PairSet *ps) {
         }
     }
     ps->n_cold = kept;
-    if (!kept) { free(ps->cold); ps->cold = NULL; ps->cap_cold = 0; }
+    if (!kept) { bs_free(ps->cold); ps->cold = NULL; ps->cap_cold = 0; }
     return BS_OK;
 }
 

@@ -1,10 +1,8 @@
 /*
- * pairs.h: the pairs of symbols and their order -- shared by the in-memory merge loop
- * (merge_loop.c) and the disk path's pair index (pair_index.c).
+ * pairs.h: the pairs of symbols and their order, for the merge loop (merge_loop.c).
  *
  * Each pair has a 32-byte record: its count (weighted by word frequency, 64-bit) and the
- * list of where it occurs (positions in the merge loop, word ids in the pair index; two
- * held in place, more allocated).  Entries of that list may be stale (the pair is no longer
+ * list of where it occurs (positions; two held in place, more allocated).  Entries of that list may be stale (the pair is no longer
  * there): a merge checks each one and skips those.  The pair table maps a pair to its
  * record; the tokens' bytes are kept for the tie-break.
  *
