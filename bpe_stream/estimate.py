@@ -1,42 +1,54 @@
 """Memory estimates from store statistics: they choose the training path and feed ``stats``.
 
-Calibrated with the C trainer (peak RSS of ``train_from_store``, vocab 32,768, 2026-12-01):
-English 100 MB (260k distinct pretokens, 2.1M symbols) 107 MB; generated web text 20 MB
-(366k, 4.2M) 195 MB; multilingual 25 MB (516k, 11.8M) 462 MB; generated 100 MB (1.44M,
-18.5M) 635 MB.  Memory follows the symbols (a 16-byte position record, the 4-byte input
-array and about one 4-byte occurrence entry each); the constants round the fit up.  The
-pure-Python fallback needs several times more.  The out-of-core path keeps only the pair
-index: 276 MB anonymous for the generated 100 MB store, 822 MB for a generated 400 MB
-one (5.1M distinct, 70.4M symbols).
+Calibrated 2026-12-02 with the CLI (``train``, peak anonymous memory of the process sampled
+by benchmarks/measure.py; vocab 32,768 unless said; tokenizers identical on both paths):
+
+    store (distinct pretokens, symbols)       in memory   estimate   disk path   estimate
+    generated 80 MB (1.18M, 15.0M)              477 MB     499 MB      50 MB      52 MB
+      the same, vocab 12,000                    414 MB     499 MB      50 MB      52 MB
+    multi_25M (516k, 11.8M)                     422 MB     388 MB      45 MB      50 MB
+    en_100M, first 50 MB (187k, 1.5M)            67 MB      74 MB      44 MB      45 MB
+    code_25M (104k, 0.93M)                       52 MB      55 MB      44 MB      45 MB
+
+In memory, memory follows the symbols: a 16-byte position record, the occurrence lists
+(4 bytes an entry, more as merges make pairs) and the pair records; long words (the
+multilingual text) hold more distinct pairs per symbol, hence its -8%.  The path choice
+leaves MODEL_SPREAD for that.  On disk the same tables are in the scratch file
+(:func:`estimate_scratch_bytes` of disk) and the anonymous memory is the interpreter and the
+words on their way in.  The pure-Python fallback needs several times more (not calibrated
+again: it is the reference, not a path for large corpora).
 """
 
 from __future__ import annotations
 
-BASE = 48 << 20  # interpreter, modules, the store's mapped pages
+BASE = 24 << 20  # the interpreter and modules of a train run
 # in-memory C trainer, per symbol and per word (end offset, count, pair-table share)
-C_PER_SYMBOL = 35
+C_PER_SYMBOL = 30
 C_PER_WORD = 20
+# the in-memory path is chosen when its estimate times this fits the budget
+MODEL_SPREAD = 1.1
 # pure-Python trainer: a list of ints per word and set entries in the pair index
+PY_BASE = 48 << 20
 PY_PER_SYMBOL = 90
 PY_PER_WORD = 400
-# out-of-core path: its tables are in a scratch file (as many bytes as the in-memory C
-# trainer's, on disk); in memory only the words on their way in (word_arrays: one byte a
-# symbol, four with an end-of-word marker or an extended tokenizer's ids; an end offset and
-# a count a word) and the interpreter
-DISK_PER_WORD = 16
+# out-of-core path: the interpreter with the store, the checkpoint writer and the scratch
+# file's bookkeeping, and the word arrays on their way in (built and handed over in
+# stretches: half a byte a symbol measured, two with 4-byte symbols)
+DISK_BASE = 42 << 20
+DISK_PER_SYMBOL_HALVES = 1
 
 
 def estimate_train_memory(unique_pretokens: int, total_symbols: int, engine: str = "c") -> int:
     """Bytes the in-memory trainer needs for ``unique_pretokens`` words of ``total_symbols`` symbols."""
     if engine == "python":
-        return BASE + PY_PER_WORD * unique_pretokens + PY_PER_SYMBOL * total_symbols
+        return PY_BASE + PY_PER_WORD * unique_pretokens + PY_PER_SYMBOL * total_symbols
     return BASE + C_PER_WORD * unique_pretokens + C_PER_SYMBOL * total_symbols
 
 
 def estimate_disk_train_memory(unique_pretokens: int, total_symbols: int, wide: bool = False) -> int:
     """Bytes of anonymous memory the out-of-core trainer needs: the words on their way into
     the scratch file (``wide``: four bytes a symbol instead of one)."""
-    return BASE + (4 if wide else 1) * total_symbols + DISK_PER_WORD * unique_pretokens
+    return DISK_BASE + (4 if wide else 1) * DISK_PER_SYMBOL_HALVES * total_symbols // 2
 
 
 def estimate_scratch_bytes(unique_pretokens: int, total_symbols: int) -> int:

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 from .counting import DocumentCounter, count_range, make_settings, merge_counts
-from .estimate import default_budget, estimate_disk_train_memory, estimate_scratch_bytes, estimate_train_memory
+from .estimate import MODEL_SPREAD, default_budget, estimate_disk_train_memory, estimate_scratch_bytes, estimate_train_memory
 from .extend import Extension
 from .memory_engines import _fastbpe, memory_engine
 from .merge_engine import MergeEngine
@@ -210,8 +210,9 @@ def _choose_path(path: str, engine: str, unique: int, symbols: int, budget: int)
     memory = "python" if engine == "python" or _fastbpe is None else "c"
     need = estimate_train_memory(unique, symbols, memory)
     if path == "auto":
-        path = "memory" if need <= budget or _fastbpe is None else "disk"
-        reason = f"estimated {need / 1e6:,.0f} MB {'fits' if path == 'memory' else 'exceeds'} the budget of {budget / 1e6:,.0f} MB"
+        path = "memory" if need * MODEL_SPREAD <= budget or _fastbpe is None else "disk"
+        reason = (f"estimated {need / 1e6:,.0f} MB, with a {MODEL_SPREAD - 1:.0%} margin, "
+                  f"{'fits' if path == 'memory' else 'exceeds'} the budget of {budget / 1e6:,.0f} MB")
     else:
         reason = "as asked"
     if path not in ("memory", "disk"):
