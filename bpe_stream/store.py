@@ -658,10 +658,18 @@ class Store:
             txn.put(_PENDING, pack({"sources": list(sources.items()), "totals": totals}), db=meta)
             return True
 
-        while not self.write(stage):
-            self.apply_staged()
-        keys = None  # the sorted keys are not needed while the staged chunks are applied
-        return self.apply_staged()
+        try:
+            while not self.write(stage):
+                self.apply_staged()
+            keys = None  # the sorted keys are not needed while the staged chunks are applied
+            return self.apply_staged()
+        except KeyboardInterrupt:
+            # Once staged, a batch is committed: a kill -9 now is finished by the next
+            # opener.  So Ctrl-C finishes it here too (a second Ctrl-C waits), and what the
+            # interrupted count then says the store keeps is what it keeps.
+            with _sigint_deferred():
+                self.apply_staged()
+            raise
 
     def has_staged_batch(self) -> bool:
         with self.reader() as txn:
