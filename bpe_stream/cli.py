@@ -95,10 +95,13 @@ def user_errors():
 def _settings_of(given: dict, recorded: Optional[dict] = None) -> dict:
     """The counting settings of a run: the options given, the store's recorded ones for the
     others (defaults in a new store), checked (``make_settings``)."""
-    merged = {k: (recorded[k] if v is None and recorded is not None else v) for k, v in given.items()}
+    merged = {k: (recorded.get(k) if v is None and recorded is not None else v) for k, v in given.items()}
+    cap = merged.get("max_token_bytes")
     return make_settings(
         "gpt2" if merged["pretokenizer"] is None else merged["pretokenizer"],
         merged["special_tokens"] or [], merged["end_of_word"],
+        # a new store gets the default cap; one without the setting (older) has none
+        "default" if cap is None and recorded is None else cap,
     )
 
 
@@ -178,6 +181,10 @@ def count(
         None, "--pretokenizer", help="gpt2 (default), cl100k, o200k, whitespace, words, none or regex:PATTERN."
     ),
     end_of_word: Optional[str] = typer.Option(None, "--end-of-word", help="Word-end marker added to every pretoken."),
+    max_token_bytes: Optional[int] = typer.Option(
+        None, "--max-token-bytes", min=0,
+        help="Cut pretokens longer than N bytes into pieces of at most N (never inside a character); 0: no cap. "
+             "Recorded in the store \\[default: 65536 in a new store; none with --pretokenizer none]."),
     max_memory: Optional[str] = typer.Option(
         None, "--max-memory", help="Memory budget; counts are flushed to the store before it is reached \\[default: half the available memory]."
     ),
@@ -194,7 +201,8 @@ def count(
     budget = parse_size(max_memory) if max_memory else default_budget()
     with user_errors():
         sources = [Source.from_arg(p) for p in (paths or [STDIN])]
-        given = {"pretokenizer": pretokenizer, "special_tokens": special_token or None, "end_of_word": end_of_word}
+        given = {"pretokenizer": pretokenizer, "special_tokens": special_token or None, "end_of_word": end_of_word,
+                 "max_token_bytes": max_token_bytes}
         _settings_of(given)  # bad settings are refused before a new store is created for them
         with Store.open(store_path(store), create=True) as st:
             settings = _settings_of(given, st.settings())
@@ -479,12 +487,14 @@ def export(
     quiet: bool = QuietOpt,
 ):
     """Write the tokenizer in a format other tools load directly."""
-    from .formats import export_tokenizer
+    from .formats import export_tokenizer, export_warnings
 
     with user_errors():
         tok = load_any(tokenizer)
         for written in export_tokenizer(tok, fmt, output, vocab_size, like):
             say(quiet, f"wrote {_shown(written)}")
+        for warning in export_warnings(tok, fmt):
+            say(quiet, f"warning: {warning}")
 
 
 @app.command(name="eval")

@@ -243,7 +243,7 @@ def _check_not_truncated(data_file: str, size: int) -> None:
 def settings_difference(a: dict, b: dict) -> Optional[Tuple[str, object, object]]:
     """The first setting where ``a`` and ``b`` differ, as ``(key, a's, b's)``: the pretokenizer's
     name before its pattern (which differs whenever the name does, in hundreds of characters)."""
-    keys = sorted(set(a) | set(b), key=lambda k: (k == "pattern", k))
+    keys = sorted(set(a) | set(b), key=lambda k: (k == "pattern", k == "max_token_bytes", k))
     for key in keys:
         if a.get(key) != b.get(key):
             if key == "pattern" and len(str(a.get(key))) + len(str(b.get(key))) > 120:
