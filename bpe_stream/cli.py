@@ -81,6 +81,10 @@ def count(
         None, "--pretokenizer", help="gpt2 (default), cl100k, o200k, whitespace, words, none or regex:PATTERN."
     ),
     end_of_word: Optional[str] = typer.Option(None, "--end-of-word", help="Word-end marker added to every pretoken."),
+    max_token_bytes: Optional[int] = typer.Option(
+        None, "--max-token-bytes", min=0,
+        help="Cut pretokens longer than N bytes into pieces of at most N (never inside a character); 0: no cap. "
+             "Recorded in the store \\[default: 65536 in a new store; none with --pretokenizer none]."),
     max_memory: Optional[str] = typer.Option(
         None, "--max-memory", help="Memory budget; counts are flushed to the store before it is reached \\[default: half the available memory]."
     ),
@@ -100,7 +104,8 @@ def count(
     budget = parse_size(max_memory) if max_memory else default_budget()
     with user_errors():
         sources = [Source.from_arg(p) for p in (paths or [STDIN])]
-        given = {"pretokenizer": pretokenizer, "special_tokens": special_token or None, "end_of_word": end_of_word}
+        given = {"pretokenizer": pretokenizer, "special_tokens": special_token or None, "end_of_word": end_of_word,
+                 "max_token_bytes": max_token_bytes}
         resolve_settings(given)  # bad settings are refused before a new store is created for them
         with Store.open(store_path(store), create=True) as st:
             settings = resolve_settings(given, st.settings())
@@ -355,12 +360,14 @@ def export(
     quiet: bool = QuietOpt,
 ):
     """Write the tokenizer in a format other tools load directly."""
-    from .formats import export_tokenizer
+    from .formats import export_tokenizer, export_warnings
 
     with user_errors():
         tok = load_any(tokenizer)
         for written in export_tokenizer(tok, fmt, output, vocab_size, like):
             say(quiet, f"wrote {_shown(written)}")
+        for warning in export_warnings(tok, fmt):
+            say(quiet, f"warning: {warning}")
 
 
 @app.command(name="eval")

@@ -69,9 +69,10 @@ class PyCountTable:
     def __len__(self) -> int:
         return len(self._counts)
 
-    def feed(self, data, pattern: str) -> int:
-        """Counts the pretokens of ``data`` for ``pattern``; returns how many there were."""
-        tokens = scan_with_regex(data, pattern)
+    def feed(self, data, pattern: str, max_bytes: int = 0) -> int:
+        """Counts the pretokens of ``data`` for ``pattern`` (longer than ``max_bytes``: their
+        pieces); returns how many there were."""
+        tokens = scan_with_regex(data, pattern, max_bytes)
         for token in tokens:
             self.add(token)
         return len(tokens)

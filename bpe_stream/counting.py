@@ -45,7 +45,7 @@ from dataclasses import dataclass, field
 from functools import cache
 from itertools import repeat
 from operator import add
-from typing import Callable, Iterable, List, Optional, Tuple
+from typing import Callable, Iterable, List, Optional, Tuple, Union
 
 from .count_table import CountTable, unpack_counts
 from .errors import SettingsError
@@ -53,10 +53,12 @@ from .runner import LocalRunner
 from .pretokenize import (
     Pretokenizer,
     SpecialSplitter,
+    DEFAULT_MAX_TOKEN_BYTES,
     StreamSplitter,
     check_end_of_word,
     fast_split,
     find_byte_cut,
+    last_piece_byte_cut,
     splittable,
 )
 from .reader import CHUNK_BYTES, InputError, Source, decode_chunks, from_bytes, invalid_utf8_message, to_bytes
@@ -78,23 +80,46 @@ RANGE_BYTES = 8 << 20  # one task of a worker
 _CUT_WINDOW = 1 << 16
 
 
-def make_settings(pretokenizer: str = "gpt2", special_tokens: Iterable[str] = (), end_of_word: Optional[str] = None) -> dict:
-    """The counting settings recorded in a store (and checked on every later run)."""
-    pre = Pretokenizer.from_name(pretokenizer)
+def make_settings(pretokenizer: str = "gpt2", special_tokens: Iterable[str] = (), end_of_word: Optional[str] = None,
+                  max_token_bytes: Union[int, None, str] = "default") -> dict:
+    """The counting settings recorded in a store (and checked on every later run).
+    ``max_token_bytes`` (``count --max-token-bytes``; None or 0: no cap; ``"default"``:
+    :func:`default_max_token_bytes`, as ``count`` has it) is recorded only when there is a
+    cap, so a store made before the setting existed, which has none, keeps its meaning."""
+    if max_token_bytes == "default":
+        max_token_bytes = default_max_token_bytes(pretokenizer)
+    pre = Pretokenizer.from_name(pretokenizer, max_token_bytes)
     specials = list(dict.fromkeys(special_tokens))
     SpecialSplitter(specials)  # validates
     check_end_of_word(end_of_word, specials)
-    return {"pretokenizer": pre.name, "pattern": pre.pattern, "special_tokens": specials, "end_of_word": end_of_word}
+    settings = {"pretokenizer": pre.name, "pattern": pre.pattern, "special_tokens": specials, "end_of_word": end_of_word}
+    if pre.max_bytes:
+        settings["max_token_bytes"] = pre.max_bytes
+    return settings
+
+
+def default_max_token_bytes(pretokenizer: str) -> Optional[int]:
+    """The cap of a new store: ``DEFAULT_MAX_TOKEN_BYTES``, but none for ``none``, whose
+    pretokens are whole documents by choice."""
+    return None if pretokenizer == "none" else DEFAULT_MAX_TOKEN_BYTES
+
+
+def pretokenizer_of(settings: dict) -> Pretokenizer:
+    """The pretokenizer of a store's counting settings, its cap included."""
+    return Pretokenizer.from_name(settings["pretokenizer"], settings.get("max_token_bytes"))
 
 
 def resolve_settings(given: dict, recorded: Optional[dict] = None) -> dict:
     """The counting settings of a run: the options given (``pretokenizer``, ``special_tokens``,
-    ``end_of_word``; None where not given), the store's recorded ones for the others (defaults
-    in a new store), checked (:func:`make_settings`)."""
-    merged = {k: (recorded[k] if v is None and recorded is not None else v) for k, v in given.items()}
+    ``end_of_word``, ``max_token_bytes``; None where not given), the store's recorded ones for the others (defaults
+    in a new store), checked (:func:`make_settings`).  ``max_token_bytes``: a new store gets
+    the default cap; one recorded without the setting (older) has none."""
+    merged = {k: (recorded.get(k) if v is None and recorded is not None else v) for k, v in given.items()}
+    cap = merged.get("max_token_bytes")
     return make_settings(
         "gpt2" if merged["pretokenizer"] is None else merged["pretokenizer"],
         merged["special_tokens"] or [], merged["end_of_word"],
+        "default" if cap is None and recorded is None else cap,
     )
 
 
@@ -199,17 +224,17 @@ def count_bytes(data, settings: dict, partial: PartialCounts, table) -> None:
     ``partial``: special tokens split off in bytes, the stretches between them scanned and
     counted natively -- no Python object per pretoken."""
     split = _special_splitter(tuple(settings["special_tokens"]))
-    name = settings["pretokenizer"]
+    name, cap = settings["pretokenizer"], settings.get("max_token_bytes") or 0
     feed = table.feed
     if split is None:
-        partial.pretokens += feed(data, name) if data else 0
+        partial.pretokens += feed(data, name, cap) if data else 0
         return
     parts = split(data)
     partial.specials += len(parts) // 2
     pretokens = 0
     for stretch in parts[::2]:  # text, special, text, ..., text
         if stretch:
-            pretokens += feed(stretch, name)
+            pretokens += feed(stretch, name, cap)
     partial.pretokens += pretokens
 
 
@@ -218,7 +243,7 @@ class DocumentCounter:
     once the last chunk is fed with ``final=True``), on the str path."""
 
     def __init__(self, settings: dict, partial: Optional[PartialCounts] = None):
-        pre = Pretokenizer.from_name(settings["pretokenizer"])
+        pre = pretokenizer_of(settings)
         self.splitter = StreamSplitter(pre, SpecialSplitter(settings["special_tokens"]))
         self.partial = partial if partial is not None else PartialCounts()
         self.counts = PretokenCounter(pre, self.partial)
@@ -305,7 +330,7 @@ def _count_range_bytes(path: str, start: int, end: int, settings: dict, strict_u
 
 def plan_ranges(path: str, start: int, end: int, settings: dict, target: int = RANGE_BYTES) -> List[Tuple[int, int]]:
     """Cuts ``[start, end)`` of ``path`` into ranges of about ``target`` bytes at safe points."""
-    pre = Pretokenizer.from_name(settings["pretokenizer"])
+    pre = pretokenizer_of(settings)
     if not splittable(pre) or end - start <= target:
         return [(start, end)]
     specials = [s.encode("utf-8") for s in settings["special_tokens"]]
@@ -313,12 +338,24 @@ def plan_ranges(path: str, start: int, end: int, settings: dict, target: int = R
     back = max([4] + [len(x) for x in specials])
     cuts = [start]
     pos = start + target
+    tried = -1
     with open(path, "rb") as f:
         while pos < end - 4:
             lo = max(start, pos - back)
             f.seek(lo)
             window = f.read(min(_CUT_WINDOW, end - lo))
             cut = find_byte_cut(window, pos - lo, pre, specials)
+            if cut < 0 and pre.max_bytes and tried != cuts[-1]:
+                # A run with no cut (10 MB of CJK): a piece boundary of its pretoken, found from
+                # the last cut (the pretoken's start must be known), so a range stays bounded
+                # (tried once per range: the read is a range long).
+                tried = cuts[-1]
+                f.seek(cuts[-1])
+                head = f.read(min(end, pos + _CUT_WINDOW) - cuts[-1])
+                piece = last_piece_byte_cut(head, pre, specials)
+                del head
+                if piece >= pos - cuts[-1]:
+                    cut = cuts[-1] + piece - lo
             if cut < 0:
                 pos = lo + max(pos - lo + 1, len(window) - back)  # keep the tail: a special may straddle it
                 continue
@@ -393,6 +430,15 @@ def flush_threshold(max_memory: int, workers: int) -> int:
     return max(1 << 16, int(counter_budget * COUNTER_SHARE))
 
 
+def range_for(flush_at: int, range_bytes: int = RANGE_BYTES) -> int:
+    """The bytes of one counting unit under a flush threshold: a range of N bytes holds at
+    most N pretokens, so its counts are at most the threshold's worth -- text whose
+    pretokens are nearly all distinct (a base64 line: 930K distinct in 10 MB) is flushed
+    between ranges instead of piling up one unit's counts past the budget.  Ordinary
+    budgets keep ``range_bytes``."""
+    return min(range_bytes, max(1 << 16, flush_at // COUNTER_ENTRY_BYTES))
+
+
 ENGINES = ("local", "dask")
 
 
@@ -436,6 +482,7 @@ def count_sources(
     started = time.monotonic()
     batch = _Batch()
     flush_at = flush_threshold(max_memory, workers if runner is None else getattr(runner, "workers", workers))
+    range_bytes = range_for(flush_at, range_bytes)
     plans = plan_files(store, sources, settings, recount)  # every file decided before any is counted
     plan_of = {id(p.source): p for p in plans}
     stdin = any(s.is_stdin for s in sources)
@@ -568,8 +615,7 @@ def _take_back(store: Store, plan: FilePlan, settings: dict) -> None:
 def _count_stdin(source: Source, settings: dict, runner: LocalRunner, strict_utf8: bool, chunk_bytes: int,
                  piece_bytes: int) -> Iterable[tuple]:
     """Cuts stdin into pieces in this process; workers pretokenize and count them."""
-    pre = settings["pretokenizer"]
-    splitter = StreamSplitter(Pretokenizer.from_name(pre), SpecialSplitter(settings["special_tokens"]))
+    splitter = StreamSplitter(pretokenizer_of(settings), SpecialSplitter(settings["special_tokens"]))
     pieces: List[str] = []
     size = 0
     specials = PartialCounts()
@@ -599,13 +645,13 @@ def _count_pieces(settings: dict, pieces: List[str], n_specials: int, special_by
     bytes, like :func:`count_range`'s for :func:`count_sources`."""
     partial = PartialCounts(specials=n_specials, bytes=special_bytes)
     if native_countable(settings):
-        table, name = CountTable(), settings["pretokenizer"]
+        table, name, cap = CountTable(), settings["pretokenizer"], settings.get("max_token_bytes") or 0
         for piece in map(to_bytes, pieces):
             partial.bytes += len(piece)
-            partial.pretokens += table.feed(piece, name) if piece else 0
+            partial.pretokens += table.feed(piece, name, cap) if piece else 0
         partial.packed = table.pack()
         return partial
-    counts = PretokenCounter(Pretokenizer.from_name(settings["pretokenizer"]), partial)
+    counts = PretokenCounter(pretokenizer_of(settings), partial)
     for piece in pieces:
         counts.add(piece)
         partial.bytes += len(to_bytes(piece))

@@ -25,7 +25,7 @@ from array import array
 from typing import BinaryIO, Iterator, List, Optional, Tuple
 
 from .ids_io import check_format, format_ids
-from .pretokenize import StreamSplitter, find_byte_cut, splittable
+from .pretokenize import StreamSplitter, find_byte_cut, last_piece_byte_cut, splittable
 from .reader import CHUNK_BYTES, InputError, decode_chunks, to_bytes
 from .scan import first_invalid_utf8
 from .tokenizer import Tokenizer
@@ -127,6 +127,8 @@ class ParallelEncoder:
             buf += block
             while len(buf) >= limit:
                 cut = find_byte_cut(buf, max(scan, limit), pre, specials)
+                if cut < 0 and len(buf) >= 2 * limit:  # a run with no cut: a cap's piece boundary, if any
+                    cut = last_piece_byte_cut(buf, pre, specials)
                 if cut < 0:
                     scan = max(scan, len(buf) - back)
                     break

@@ -40,11 +40,17 @@ def _marker_text(tok: Tokenizer) -> Optional[str]:
 def count_flags(tok: Tokenizer) -> str:
     """The ``bpe-stream count`` options of a store that ``tok`` can be extended on."""
     flags = [f"--pretokenizer {shlex.quote(tok.pretokenizer.name)}"]
+    if tok.max_token_bytes is not None:
+        flags.append(f"--max-token-bytes {tok.max_token_bytes}")
     flags += [f"--special-token {shlex.quote(s)}" for s in tok.special_tokens]
     marker = _marker_text(tok)
     if marker is not None:
         flags.append(f"--end-of-word {shlex.quote(marker)}")
     return " ".join(flags)
+
+
+def _cap_said(cap: Optional[int]) -> str:
+    return "no cap (--max-token-bytes 0)" if not cap else f"--max-token-bytes {cap}"
 
 
 def _listed(texts: Sequence[str]) -> str:
@@ -62,6 +68,12 @@ def incompatibility(tok: Tokenizer, settings: dict, config: TrainConfig) -> Opti
     ours, theirs = settings["pretokenizer"], tok.pretokenizer.name
     if ours != theirs:
         return f"the tokenizer pretokenizes with {theirs!r}, the store was counted with {ours!r}{fix}"
+    ours, theirs = settings.get("max_token_bytes"), tok.max_token_bytes
+    # A tokenizer without a cap (GPT-2's files, HF, tiktoken: none can say one) takes the
+    # store's: they differ only on pretokens longer than it.  A cap of its own must match.
+    if theirs is not None and ours != theirs:
+        return (f"the tokenizer cuts pretokens at {_cap_said(theirs)}, the store was counted with "
+                f"{_cap_said(ours)}{fix}")
     has, wanted = tok.special_tokens, list(config.special_tokens)
     missing = [s for s in has if s not in wanted]
     if missing:
@@ -86,6 +98,7 @@ class Extension:
     tokens: Tuple[bytes, ...]  # the engine's base tokens: ids 0..max_id (UNUSED_ID where none)
     first_id: int  # the id of the first new merge: the largest existing id + 1
     digest: str  # the base's rules (formats.native.rules_digest): part of a checkpoint's fingerprint
+    max_token_bytes: Optional[int] = None  # the store's cap, which the extended tokenizer keeps
 
     @classmethod
     def of(cls, tok: Tokenizer, settings: dict, config: TrainConfig) -> "Extension":
@@ -95,7 +108,8 @@ class Extension:
             raise TrainError(f"--from: {why}")
         first = max(tok.vocab) + 1
         tokens = tuple(tok.vocab.get(i, UNUSED_ID) for i in range(first))
-        return cls(base=tok, tokens=tokens, first_id=first, digest=rules_digest(tok))
+        return cls(base=tok, tokens=tokens, first_id=first, digest=rules_digest(tok),
+                   max_token_bytes=settings.get("max_token_bytes"))
 
     def limit(self, config: TrainConfig) -> int:
         """The merges at most: up to ``--vocab-size`` tokens in all, and ``--num-merges``."""
@@ -134,6 +148,7 @@ class Extension:
             merges.append((left, right, tid))
             new.append((left, right))
             counts.append(count)
-        tok = Tokenizer(vocab, merges, base.symbols, pretokenizer=base.pretokenizer.name, tie_break=tie_break)
+        tok = Tokenizer(vocab, merges, base.symbols, pretokenizer=base.pretokenizer.name, tie_break=tie_break,
+                        max_token_bytes=self.max_token_bytes)
         symbols = [(role, text) for _, role, text in base.symbols]
         return tok, TrainResult(new, counts, vocab, symbols)

@@ -32,11 +32,13 @@ from .train_driver import Checkpoints, ProgressFn, drive
 from .trainer import TrainConfig, TrainError, Trainer, TrainResult
 
 
-def tokenizer_from_result(result: TrainResult, pretokenizer: str, tie_break: str) -> Tokenizer:
+def tokenizer_from_result(result: TrainResult, pretokenizer: str, tie_break: str,
+                          max_token_bytes: Optional[int] = None) -> Tokenizer:
     first = 256 + len(result.symbols)
     merges = [(left, right, first + r) for r, (left, right) in enumerate(result.merges)]
     symbols = [(256 + i, role, text) for i, (role, text) in enumerate(result.symbols)]
-    return Tokenizer(result.vocab, merges, symbols, pretokenizer=pretokenizer, tie_break=tie_break)
+    return Tokenizer(result.vocab, merges, symbols, pretokenizer=pretokenizer, tie_break=tie_break,
+                     max_token_bytes=max_token_bytes)
 
 
 def _fingerprint(settings: dict, totals: dict, config: TrainConfig, base: Optional[str] = None) -> str:
@@ -63,6 +65,8 @@ def _forced_from_tokenizer(tok: Tokenizer, config: TrainConfig, settings: dict) 
     trained it (its symbols and ids in this run's order); None when not (an extension)."""
     expected = [(256 + i, role, text) for i, (role, text) in enumerate(config.base_symbols())]
     if tok.pretokenizer.name != settings["pretokenizer"] or list(tok.symbols) != expected:
+        return None
+    if tok.max_token_bytes != settings.get("max_token_bytes"):
         return None
     if any(tok.byte_ids[b] != b for b in range(256)):
         return None
@@ -275,7 +279,9 @@ def run_plan(
     if plan.extension is not None:
         return plan.extension.result(done, plan.config.tie_break)
     result = plan.config.result(done)
-    return tokenizer_from_result(result, plan.settings["pretokenizer"], plan.config.tie_break), result
+    settings = plan.settings
+    return tokenizer_from_result(result, settings["pretokenizer"], plan.config.tie_break,
+                                 settings.get("max_token_bytes")), result
 
 
 def train_from_store(

@@ -13,8 +13,9 @@ The examples in the docstrings are run by ``tests/test_doctests.py``.
 
 from __future__ import annotations
 
+import codecs
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache
 from typing import Callable, Iterator, Optional, Sequence
 
@@ -52,12 +53,77 @@ NAMED_PATTERNS = {
 }
 PRETOKENIZER_NAMES = ("gpt2", "cl100k", "o200k", "whitespace", "words", "none", "regex:PATTERN")
 
+# ``count --max-token-bytes`` in a new store: a pretoken longer is cut into pieces of at most
+# this many bytes.  A cap bounds what one pretoken costs everywhere after the scanner (the
+# counts, the trainer's words and pairs, the longest token, the encoder); SentencePiece has
+# one too (max_sentencepiece_length).  64 KiB is far above the pretokens of text: the
+# longest in the shared corpora (code, English, multilingual; 150 MB) are 333 bytes for
+# gpt2, cl100k and o200k and 15,112 for whitespace and words, so their stores are the same
+# with it as without.
+DEFAULT_MAX_TOKEN_BYTES = 1 << 16
+
 # Where a text may be cut.  For gpt2, whitespace and words no alternative matches a
 # non-space character followed by a space character, so every such position is a
 # pretoken boundary and the pieces on either side pretokenize exactly as the whole.
 # cl100k/o200k let punctuation absorb following CR/LF, so only other spaces qualify.
 _CUT_ANY_SPACE = regex.compile(r"(?r)(?<=\S)\s")
 _CUT_NOT_NEWLINE = regex.compile(r"(?r)(?<=\S)[^\S\r\n]")
+# Text with no such space (a base64 line, code without spaces) is cut where two non-space
+# characters of different families meet -- letters, numbers, the rest -- an apostrophe on
+# neither side (contractions).  Each family is a run alternative of these patterns, so its
+# match ends right there, alone as in the whole, and the next match starts there: the cut
+# depends on these two characters only.  cl100k and o200k let one non-letter lead letters
+# ("!abc", "!Abc"), so rest-then-letter is no cut for them; o200k's letter runs take marks
+# (\p{M}) and so do its runs of the rest: no cut beside a mark there.  whitespace and words
+# have no such cut (\S+ spans the families).
+# Runs of one family each (marks, apostrophes and spaces end a run and are never beside a
+# cut), as groups 1 (letters), 2 (numbers), 3 (the rest); a cut is where a run ends and the
+# next one starts, of another family, but for the pairs that _FAMILY_NO_CUT forbids.
+_RUNS = {
+    "gpt2": regex.compile(r"(\p{L}++)|(\p{N}++)|([^\s\p{L}\p{N}']++)"),
+    "cl100k": regex.compile(r"(\p{L}++)|(\p{N}++)|([^\s\p{L}\p{N}']++)"),
+    "o200k": regex.compile(r"(\p{L}++)|(\p{N}++)|([^\s\p{L}\p{N}\p{M}']++)"),
+}
+_FAMILY_NO_CUT = {"gpt2": {(3, 1)}, "cl100k": {(3, 1)}, "o200k": {(3, 1)}}
+_FAMILY_NO_CUT["gpt2"] = set()  # gpt2's letters take a space before them, never another character
+_FAMILY_WINDOW = 1 << 16
+
+
+def _family_cuts(name: str, text: str, lo: int, hi: int) -> Iterator[int]:
+    """The cuts between two non-space characters of different families in ``text[lo:hi]``
+    (both characters inside it), in order."""
+    no_cut = _FAMILY_NO_CUT[name]
+    prev_end, prev_family = -1, 0
+    for m in _RUNS[name].finditer(text, lo, hi):
+        family = m.lastindex
+        if m.start() == prev_end and family != prev_family and (prev_family, family) not in no_cut:
+            yield m.start()
+        prev_end, prev_family = m.end(), family
+
+
+def _last_family_cut(name: str, text: str) -> int:
+    """The last of :func:`_family_cuts` in ``text``, or 0: windows from the end (a cut depends
+    on two characters only, so any window sees the cuts inside it)."""
+    hi = len(text)
+    while hi > 1:
+        lo = max(0, hi - _FAMILY_WINDOW)
+        last = 0
+        for last in _family_cuts(name, text, lo, hi):  # noqa: B007 - the last one is wanted
+            pass
+        if last:
+            return last
+        if lo == 0:
+            return 0
+        hi = lo + 1  # (the pair across the window's start)
+    return 0
+
+
+# Looked for only in text this long without a space cut (ordinary text is cut as before).
+FAMILY_CUT_MIN_CHARS = 1 << 14
+# With a cap (``max_bytes``), a run longer than it that is one pretoken (10 MB of CJK, a
+# base64 line under ``words``) is cut between two of its pieces: the pieces are cut from the
+# pretoken's start, so the text after a piece boundary starts the same pretoken's rest.
+_SPACE = regex.compile(r"\s")
 # For a custom pattern we cannot prove a boundary; we cut at the start of a match that has
 # this many characters after it, and only where the text before the cut pretokenizes
 # alone into the same matches.  A pattern that never looks further ahead than this (any
@@ -104,9 +170,15 @@ class Pretokenizer:
     name: str
     pattern: Optional[str]  # None for "none": the whole text is one pretoken
     lossless: bool
+    max_bytes: Optional[int] = None  # pretokens longer than this are cut (cap_pieces); None: no cap
 
     @staticmethod
-    def from_name(name: str) -> "Pretokenizer":
+    def from_name(name: str, max_bytes: Optional[int] = None) -> "Pretokenizer":
+        check_max_token_bytes(max_bytes)
+        return replace(Pretokenizer._named(name), max_bytes=max_bytes or None)
+
+    @staticmethod
+    def _named(name: str) -> "Pretokenizer":
         if name == "none":
             return Pretokenizer("none", None, True)
         if name.startswith("regex:"):
@@ -147,14 +219,15 @@ class Pretokenizer:
         if not text:
             return []
         if self.pattern is None:
-            return [text]
-        pieces = self.compiled.findall(text)
-        if self.is_custom:
-            if "" in pieces:
-                pieces = [p for p in pieces if p]
-            if sum(map(len, pieces)) != len(text):
-                self._raise_uncovered(text)
-        return pieces
+            pieces = [text]
+        else:
+            pieces = self.compiled.findall(text)
+            if self.is_custom:
+                if "" in pieces:
+                    pieces = [p for p in pieces if p]
+                if sum(map(len, pieces)) != len(text):
+                    self._raise_uncovered(text)
+        return cap_pieces(pieces, self.max_bytes) if self.max_bytes else pieces
 
     def _raise_uncovered(self, text: str) -> None:
         pos = 0
@@ -181,12 +254,49 @@ class Pretokenizer:
         0
         """
         if self.pattern is None:
-            return 0
+            return self._piece_cut(text, 0) if self.max_bytes else 0
         if self.is_custom:
             return self._custom_cut(text)
         cutter = _CUT_NOT_NEWLINE if self.name in ("cl100k", "o200k") else _CUT_ANY_SPACE
         m = cutter.search(text)
-        return m.start() if m else 0
+        if m:
+            return m.start()
+        if len(text) < FAMILY_CUT_MIN_CHARS:
+            return 0
+        cut = _last_family_cut(self.name, text) if self.name in _RUNS else 0
+        if cut:
+            return cut
+        return self._last_piece_cut(text) if self.max_bytes else 0
+
+    def _last_piece_cut(self, text: str) -> int:
+        """With a cap, in text with no other cut: the last boundary between two pieces of
+        the pretoken that reaches the end of ``text``, when that pretoken starts at 0 (the
+        text starts at a safe cut; a pretoken starting later may still change), or 0."""
+        m = self.compiled.match(text)
+        if m is None or m.end() != len(text):
+            return 0
+        return self._piece_cut(text, 0)
+
+    def _piece_cut(self, text: str, start: int) -> int:
+        # The last piece boundary at least 2 characters before the end (the character after
+        # the cut decides, with cl100k, whether a non-letter leads letters), between two
+        # non-spaces (a space run's matches depend on where it ends), no apostrophe after it
+        # (a contraction would start there), where the pattern's match from the boundary
+        # ends where the pretoken does.
+        n = len(text)
+        bounds = _piece_bounds(text[start:], self.max_bytes)
+        for b in reversed(bounds):
+            p = start + b
+            if p > n - 2:
+                continue
+            if self.pattern is None:
+                return p
+            if text[p] == "'" or _SPACE.match(text, p - 1) or _SPACE.match(text, p):
+                continue
+            m = self.compiled.match(text, p)
+            if m is not None and m.end() == n:
+                return p
+        return 0
 
     def _custom_cut(self, text: str) -> int:
         # A cut at the start of a match with CUSTOM_LOOKAHEAD_MARGIN characters after it,
@@ -205,6 +315,74 @@ class Pretokenizer:
             if self.compiled.findall(text[:starts[k]]) == pieces[:k]:
                 return starts[k]
         return 0
+
+
+def check_max_token_bytes(max_bytes: Optional[int]) -> None:
+    """The cap is a whole number of bytes, at least 4 (a UTF-8 character's most), or 0/None: no cap."""
+    if max_bytes is None or max_bytes == 0:
+        return
+    if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 4:
+        raise PretokenizeError(
+            f"--max-token-bytes must be at least 4 (the longest UTF-8 character), or 0 for no cap; not {max_bytes!r}"
+        )
+
+
+def _utf8_len(ch: str) -> int:
+    c = ord(ch)
+    if c < 0x80 or 0xDC80 <= c <= 0xDCFF:  # ASCII, or a byte that is not UTF-8 (surrogateescape)
+        return 1
+    return 2 if c < 0x800 else 3 if c < 0x10000 else 4
+
+
+def _piece_bounds(text: str, max_bytes: int) -> list:
+    """The character offsets where :func:`cap_pieces` cuts ``text`` (one pretoken)."""
+    bounds, pos, n = [], 0, len(text)
+    while n - pos > max_bytes // 4:
+        head = text[pos:pos + max_bytes]  # max_bytes characters: at least max_bytes bytes
+        raw = head.encode("utf-8", "surrogateescape")
+        if len(raw) <= max_bytes:
+            if pos + len(head) >= n:
+                break
+            k = len(head)
+        else:
+            # the characters whose bytes fit: decoding the first max_bytes bytes gives them,
+            # then at most 3 of a character cut there (as surrogates)
+            fit = raw[:max_bytes].decode("utf-8", "surrogateescape")
+            k = len(fit)
+            while k and not head.startswith(fit[:k]):
+                k -= 1
+            k = k or 1  # (a cap below 4 bytes: one character, as bs_piece_end)
+        pos += k
+        if pos >= n:
+            break
+        bounds.append(pos)
+    return bounds
+
+
+def cap_pieces(pieces: list, max_bytes: Optional[int]) -> list:
+    """``pieces`` (pretokens) with each one longer than ``max_bytes`` bytes (its UTF-8, a
+    surrogate-escaped byte being one byte) cut into pieces of at most ``max_bytes`` bytes,
+    greedily from its start, never inside a character -- ``csrc/scan.c``'s
+    ``bs_piece_end`` on the bytes.
+
+    >>> cap_pieces(["Hello", " wonderful", " world"], 4)
+    ['Hell', 'o', ' won', 'derf', 'ul', ' wor', 'ld']
+    >>> cap_pieces(["日本語です"], 7)  # 3 bytes a character: two fit in 7
+    ['日本', '語で', 'す']
+    """
+    if not max_bytes or not pieces or max(map(len, pieces)) * 4 <= max_bytes:
+        return pieces
+    out = []
+    for piece in pieces:
+        if len(piece) * 4 <= max_bytes:
+            out.append(piece)
+            continue
+        prev = 0
+        for b in _piece_bounds(piece, max_bytes):
+            out.append(piece[prev:b])
+            prev = b
+        out.append(piece[prev:])
+    return out
 
 
 def _compile(pattern: str, _cache: dict = {}):  # noqa: B006 - the dict is the cache, on purpose
@@ -370,11 +548,55 @@ def find_byte_cut(data: bytes, start: int, pre: Pretokenizer, specials: Sequence
             continue
         if longest and p + longest > len(data):
             return -1
-        window = data[max(0, p - longest + 1):p + longest - 1]
-        lo = p - max(0, p - longest + 1)
-        if any(_straddles(window, s, lo) for s in specials):
+        if _straddled(data, p, specials, longest):
             continue
         return p
+    if len(data) - start >= FAMILY_CUT_MIN_CHARS and pre.name in _RUNS:
+        return _family_byte_cut(data, start, pre, specials, longest)
+    return -1
+
+
+def last_piece_byte_cut(data: bytes, pre: Pretokenizer, specials: Sequence[bytes]) -> int:
+    """For ``data`` that starts at a safe cut and holds no other (a run longer than the cap):
+    the last cut ``pre.safe_cut`` finds in its text -- with a cap, a piece boundary of the
+    pretoken that runs to the end -- as a byte offset, or -1 (no cap, a custom pattern, or a
+    special token inside, whose text would pass for pretokens)."""
+    if not pre.max_bytes or pre.is_custom or any(s in data for s in specials):
+        return -1
+    text = codecs.getincrementaldecoder("utf-8")("surrogateescape").decode(bytes(data), final=False)
+    i = pre.safe_cut(text)
+    return len(text[:i].encode("utf-8", "surrogateescape")) if i > 0 else -1
+
+
+def _straddled(data: bytes, p: int, specials: Sequence[bytes], longest: int) -> bool:
+    window = data[max(0, p - longest + 1):p + longest - 1]
+    lo = p - max(0, p - longest + 1)
+    return any(_straddles(window, s, lo) for s in specials)
+
+
+def _family_byte_cut(data: bytes, start: int, pre: Pretokenizer, specials: Sequence[bytes], longest: int) -> int:
+    """:func:`find_byte_cut` where two non-space characters of different families meet
+    (``safe_cut``'s rule for text without a space cut), the characters on both sides whole."""
+    lo = max(start, 4)
+    text = bytes(data[lo - 4:]).decode("utf-8", "surrogateescape")
+    se = "surrogateescape"
+    i_prev, b_prev = 0, lo - 4
+    # from the 5th character: before it, up to 3 bytes of a character cut by ``lo - 4``
+    for i in _family_cuts(pre.name, text, 3, len(text)):
+        if i < 4:
+            continue
+        b = b_prev + len(text[i_prev:i].encode("utf-8", se))
+        i_prev, b_prev = i, b
+        if b < lo:
+            continue
+        if b + max(4, longest) > len(data):
+            return -1
+        # no character straddles b (decoding around it gives the two sides' characters)
+        if data[b - 4:b + 4].decode("utf-8", se) != data[b - 4:b].decode("utf-8", se) + data[b:b + 4].decode("utf-8", se):
+            continue
+        if longest and _straddled(data, b, specials, longest):
+            continue
+        return b
     return -1
 
 
@@ -413,7 +635,12 @@ _GPT2_FINDALL = regex.compile(GPT2_PATTERN).findall
 
 def fast_split(pre: Pretokenizer) -> Callable[[str], list]:
     """``pre.split``, or for gpt2 :func:`gpt2_split` (the same pretokens, faster)."""
-    return gpt2_split if pre.name == "gpt2" and _ascii_classes_agree() else pre.split
+    if pre.name == "gpt2" and _ascii_classes_agree():
+        if pre.max_bytes:
+            cap = pre.max_bytes
+            return lambda text: cap_pieces(gpt2_split(text), cap)
+        return gpt2_split
+    return pre.split
 
 
 @cache

@@ -27,11 +27,12 @@ def native_available() -> bool:
     return _scan is not None
 
 
-def scan(data: bytes, pattern: str) -> List[bytes]:
-    """The pretokens of ``data`` (bytes-like) for the named ``pattern``, in order."""
+def scan(data: bytes, pattern: str, max_bytes: int = 0) -> List[bytes]:
+    """The pretokens of ``data`` (bytes-like) for the named ``pattern``, in order; one longer
+    than ``max_bytes`` (0: no cap) as its pieces (``pretokenize.cap_pieces``)."""
     if _scan is None:
-        return scan_with_regex(data, pattern)
-    return _scan.scan(data, pattern)
+        return scan_with_regex(data, pattern, max_bytes)
+    return _scan.scan(data, pattern, max_bytes)
 
 
 def first_invalid_utf8(data: bytes) -> int:
@@ -46,9 +47,9 @@ def first_invalid_utf8(data: bytes) -> int:
     return -1
 
 
-def scan_with_regex(data: bytes, pattern: str) -> List[bytes]:
+def scan_with_regex(data: bytes, pattern: str, max_bytes: int = 0) -> List[bytes]:
     """:func:`scan` through ``regex`` (the reference, and the fallback without ``_scan``)."""
     if pattern not in NATIVE_PATTERNS:
         raise ValueError(f"no native scanner for the pretokenizer {pattern!r}")
     text = bytes(data).decode("utf-8", "surrogateescape")
-    return [piece.encode("utf-8", "surrogateescape") for piece in Pretokenizer.from_name(pattern).split(text)]
+    return [piece.encode("utf-8", "surrogateescape") for piece in Pretokenizer.from_name(pattern, max_bytes or None).split(text)]

@@ -152,7 +152,7 @@ def last_cut(path: str, end: int, settings: dict) -> int:
     """The last safe cut at or before ``end`` in the file as it is now (0 when there is none,
     and for the pretokenizers whose ranges cannot be counted apart): bytes before and after it
     pretokenize as they do in the whole, special tokens that straddle ``end`` included."""
-    pre = Pretokenizer.from_name(settings["pretokenizer"])
+    pre = Pretokenizer.from_name(settings["pretokenizer"], settings.get("max_token_bytes"))
     if not splittable(pre) or end <= 0:
         return 0
     specials = [s.encode("utf-8") for s in settings["special_tokens"]]

@@ -253,7 +253,7 @@ def _check_not_truncated(data_file: str, size: int) -> None:
 def settings_difference(a: dict, b: dict) -> Optional[Tuple[str, object, object]]:
     """The first setting where ``a`` and ``b`` differ, as ``(key, a's, b's)``: the pretokenizer's
     name before its pattern (which differs whenever the name does, in hundreds of characters)."""
-    keys = sorted(set(a) | set(b), key=lambda k: (k == "pattern", k))
+    keys = sorted(set(a) | set(b), key=lambda k: (k == "pattern", k == "max_token_bytes", k))
     for key in keys:
         if a.get(key) != b.get(key):
             if key == "pattern" and len(str(a.get(key))) + len(str(b.get(key))) > 120:
@@ -668,10 +668,18 @@ class Store:
             txn.put(_PENDING, pack({"sources": list(sources.items()), "totals": totals}), db=meta)
             return True
 
-        while not self.write(stage):
-            self.apply_staged()
-        keys = None  # the sorted keys are not needed while the staged chunks are applied
-        return self.apply_staged()
+        try:
+            while not self.write(stage):
+                self.apply_staged()
+            keys = None  # the sorted keys are not needed while the staged chunks are applied
+            return self.apply_staged()
+        except KeyboardInterrupt:
+            # Once staged, a batch is committed: a kill -9 now is finished by the next
+            # opener.  So Ctrl-C finishes it here too (a second Ctrl-C waits), and what the
+            # interrupted count then says the store keeps is what it keeps.
+            with _sigint_deferred():
+                self.apply_staged()
+            raise
 
     def has_staged_batch(self) -> bool:
         with self.reader() as txn:

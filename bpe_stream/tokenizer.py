@@ -77,13 +77,20 @@ class Tokenizer:
         symbols: Sequence[Tuple[int, str, str]] = (),
         pretokenizer: str = "gpt2",
         tie_break: Optional[str] = None,
+        max_token_bytes: Optional[int] = None,
     ):
         self.vocab = dict(vocab)
         self.merges = list(map(tuple, merges))
         self.symbols = [tuple(s) for s in symbols]
         self.tie_break = tie_break
-        self.pretokenizer = Pretokenizer.from_name(pretokenizer)
+        # pretokens longer than max_token_bytes are encoded as their pieces, as they were counted
+        self.pretokenizer = Pretokenizer.from_name(pretokenizer, max_token_bytes)
         self._check_and_index()
+
+    @property
+    def max_token_bytes(self) -> Optional[int]:
+        """The pretokens' cap (``count --max-token-bytes`` of the store it was trained on), or None."""
+        return self.pretokenizer.max_bytes
 
     # -- construction ----------------------------------------------------------------
     def _check_and_index(self) -> None:
@@ -162,6 +169,7 @@ class Tokenizer:
                     marker=-1 if self.marker_id is None else self.marker_id, cache_limit=CACHE_ENTRIES,
                     pattern=self.pretokenizer.name if self._native_pattern else None,
                     specials=[(_utf8(text), sid) for text, sid in self.special_ids.items()],
+                    max_bytes=self.pretokenizer.max_bytes or 0,
                 )
             except OverflowError as exc:
                 raise TokenizerError(f"the tokenizer is too large for the encoder ({exc})") from None

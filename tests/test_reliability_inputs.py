@@ -23,6 +23,7 @@ from pathlib import Path
 import lmdb
 import pytest
 import reliability_helpers as H
+from bpe_stream.pretokenize import DEFAULT_MAX_TOKEN_BYTES, cap_pieces
 from conftest import assert_clean_error, ok, stderr_text
 from reliability_helpers import EOT, Cmd
 
@@ -462,16 +463,24 @@ def baseline_rss(tmp_path_factory):
 def test_a_single_50MB_line_is_counted_exactly_within_the_memory_budget(tmp_path, baseline_rss, kind):
     """cli.md: "Memory stays within the budget whatever the input: a 10 GB file with no newline
     included".  A 50 MB line: of 100 kB words, or of one letter only (a single pretoken,
-    which must be held whole -- allowed for: three copies of it beyond the budget)."""
+    counted as its 64 KiB pieces under the default --max-token-bytes; the allowance below
+    is still four copies of the longest pretoken beyond the budget)."""
     size = 50_000_000
     src = tmp_path / "line.txt"
     if kind == "one pretoken":
         src.write_bytes(b"a" * size)
-        expected, longest = {b"a" * size: 1}, size
+        whole = {b"a" * size: 1}
     else:
         word = b"x" * 99_999 + b" "
         src.write_bytes(word * (size // len(word)))
-        expected, longest = {b"x" * 99_999: 1, b" " + b"x" * 99_999: size // len(word) - 1, b" ": 1}, 100_000
+        whole = {b"x" * 99_999: 1, b" " + b"x" * 99_999: size // len(word) - 1, b" ": 1}
+    # the default --max-token-bytes cuts the pretokens longer than 64 KiB into pieces
+    expected = Counter()
+    for pretoken, n in whole.items():
+        for piece in cap_pieces([pretoken.decode()], DEFAULT_MAX_TOKEN_BYTES):
+            expected[piece.encode()] += n
+    expected = dict(expected)
+    longest = max(map(len, expected))
     budget_mb = 16
     store = tmp_path / "store"
     rc, err, rss = _peak_rss_mb(Cmd("count", "--store", store, "--max-memory", f"{budget_mb}M", "-w", "1", src),

@@ -210,7 +210,8 @@ def test_foreign_writer_file(cli, tmp_path):
     assert dict(snap["words"]) == {" wörld".encode(): 5, b" hello": 3, b"\t\n": 4, b"\xff": 1}
     assert snap["totals"]["pretokens"] == 13 and snap["totals"]["documents"] == 2
     assert snap["totals"]["unique"] == 4 and snap["totals"]["unique_bytes"] == len(" wörld".encode()) + 6 + 2 + 1
-    assert snap["settings"] == make_settings("gpt2", [EOT])
+    # (a header without max_token_bytes, as every one before the setting: no cap)
+    assert snap["settings"] == make_settings("gpt2", [EOT], max_token_bytes=None)
 
 
 def _fail_after(monkeypatch, n):

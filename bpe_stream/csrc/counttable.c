@@ -238,14 +238,14 @@ static int add_spans(bs_counttable *t, const uint8_t *data, size_t data_len, con
     return BS_CT_OK;
 }
 
-int bs_ct_feed(bs_counttable *t, int pattern, const uint8_t *data, size_t len, uint64_t *pretokens) {
+int bs_ct_feed(bs_counttable *t, int pattern, size_t max_bytes, const uint8_t *data, size_t len, uint64_t *pretokens) {
     bs_span spans[SPAN_BATCH];
-    size_t pos = 0;
+    size_t pos = 0, rest = 0;
     uint64_t counted = 0;
     ptrdiff_t got;
     int rc = BS_CT_OK;
     if (!bs_scan_pattern_name(pattern)) rc = BS_CT_EPATTERN;
-    while (rc == BS_CT_OK && (got = bs_scan(pattern, data, len, &pos, spans, SPAN_BATCH)) > 0)
+    while (rc == BS_CT_OK && (got = bs_scan_pieces(pattern, max_bytes, data, len, &pos, &rest, spans, SPAN_BATCH)) > 0)
         rc = add_spans(t, data, len, spans, (size_t)got, &counted);
     if (pretokens) *pretokens = counted;
     return rc;

@@ -38,9 +38,10 @@ uint64_t bs_ct_total(const bs_counttable *t);  /* the sum of the counts */
 /* Adds n to the count of key[0:len). */
 int bs_ct_add(bs_counttable *t, const uint8_t *key, size_t len, uint64_t n);
 
-/* Scans data[0:len) with a bs_scan_pattern and counts each pretoken once; *pretokens (if
- * not NULL) gets how many were counted, also when an error stops the feed part way. */
-int bs_ct_feed(bs_counttable *t, int pattern, const uint8_t *data, size_t len, uint64_t *pretokens);
+/* Scans data[0:len) with a bs_scan_pattern and counts each pretoken once, a pretoken
+ * longer than max_bytes (0: no cap) as its pieces (bs_scan_pieces); *pretokens (if not
+ * NULL) gets how many were counted, also when an error stops the feed part way. */
+int bs_ct_feed(bs_counttable *t, int pattern, size_t max_bytes, const uint8_t *data, size_t len, uint64_t *pretokens);
 
 /* The i-th entry (0 <= i < bs_ct_len), in insertion order; the key stays valid until the
  * table changes. */

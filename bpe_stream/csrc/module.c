@@ -311,15 +311,16 @@ static void Encoder_dealloc(EncoderObject *self) {
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
-/* Makes self->text for the named pattern, with the special tokens: a list of (bytes, id). */
-static int make_text_encoder(EncoderObject *self, const char *pattern_name, PyObject *specials) {
+/* Makes self->text for the named pattern and pretoken cap (0: none), with the special
+ * tokens: a list of (bytes, id). */
+static int make_text_encoder(EncoderObject *self, const char *pattern_name, size_t max_bytes, PyObject *specials) {
     int pattern = bs_scan_pattern_by_name(pattern_name), rc;
     if (pattern == BS_SCAN_EPATTERN) {
         PyErr_Format(PyExc_ValueError, "no native scanner for the pretokenizer '%s'", pattern_name);
         return -1;
     }
     uint32_t entries = self->cache_limit > (Py_ssize_t)UINT32_MAX ? UINT32_MAX : (uint32_t)self->cache_limit;
-    if (!(self->text = bs_te_new(self->enc, pattern, entries, &rc))) { raise_status(rc); return -1; }
+    if (!(self->text = bs_te_new(self->enc, pattern, max_bytes, entries, &rc))) { raise_status(rc); return -1; }
     for (Py_ssize_t k = 0; specials && k < PyList_GET_SIZE(specials); k++) {
         const char *token;
         Py_ssize_t len;
@@ -335,14 +336,18 @@ static int make_text_encoder(EncoderObject *self, const char *pattern_name, PyOb
 }
 
 static int Encoder_init(EncoderObject *self, PyObject *args, PyObject *kwds) {
-    static char *kwlist[] = {"merges", "byte_ids", "marker", "cache_limit", "pattern", "specials", NULL};
+    static char *kwlist[] = {"merges", "byte_ids", "marker", "cache_limit", "pattern", "specials", "max_bytes", NULL};
     PyObject *merges, *byte_ids, *specials = NULL;
     long long marker;
-    Py_ssize_t cache_limit;
+    Py_ssize_t cache_limit, max_bytes = 0;
     const char *pattern = NULL;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!O!Ln|zO!", kwlist, &PyList_Type, &merges, &PyList_Type, &byte_ids,
-                                     &marker, &cache_limit, &pattern, &PyList_Type, &specials))
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!O!Ln|zO!n", kwlist, &PyList_Type, &merges, &PyList_Type, &byte_ids,
+                                     &marker, &cache_limit, &pattern, &PyList_Type, &specials, &max_bytes))
         return -1;
+    if (max_bytes < 0) {
+        PyErr_SetString(PyExc_ValueError, "max_bytes must be at least 0 (0: no cap)");
+        return -1;
+    }
     if (cache_limit < 0) {
         PyErr_SetString(PyExc_ValueError, "cache_limit must be at least 0");
         return -1;
@@ -371,7 +376,7 @@ static int Encoder_init(EncoderObject *self, PyObject *args, PyObject *kwds) {
     self->cache_limit = cache_limit;
     Py_XSETREF(self->cache, PyDict_New());
     if (!self->cache) return -1;
-    return pattern ? make_text_encoder(self, pattern, specials) : 0;
+    return pattern ? make_text_encoder(self, pattern, (size_t)max_bytes, specials) : 0;
 }
 
 /* The ids of one pretoken as bytes (uint32, host order), new reference.  Its bytes are
@@ -519,12 +524,20 @@ static PyTypeObject EncoderType = {
 
 #define SPAN_BATCH 1024 /* spans per bs_scan call, on the stack */
 
-/* Parses the keyword arguments (data, pattern): a buffer, to be released, and a
- * bs_scan_pattern.  0 (an exception set, nothing to release) when they do not parse. */
-static int data_and_pattern(PyObject *args, PyObject *kwargs, const char *format, Py_buffer *buf, int *pattern) {
-    static char *keywords[] = {"data", "pattern", NULL};
+/* Parses the keyword arguments (data, pattern, max_bytes=0): a buffer, to be released, a
+ * bs_scan_pattern and the pretokens' cap.  0 (an exception set, nothing to release) when
+ * they do not parse. */
+static int data_and_pattern(PyObject *args, PyObject *kwargs, const char *format, Py_buffer *buf, int *pattern,
+                            Py_ssize_t *max_bytes) {
+    static char *keywords[] = {"data", "pattern", "max_bytes", NULL};
     const char *name;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, format, keywords, buf, &name)) return 0;
+    *max_bytes = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, format, keywords, buf, &name, max_bytes)) return 0;
+    if (*max_bytes < 0) {
+        PyErr_SetString(PyExc_ValueError, "max_bytes must be at least 0 (0: no cap)");
+        PyBuffer_Release(buf);
+        return 0;
+    }
     if ((*pattern = bs_scan_pattern_by_name(name)) == BS_SCAN_EPATTERN) {
         PyErr_Format(PyExc_ValueError, "no native scanner for the pretokenizer '%s'", name);
         PyBuffer_Release(buf);
@@ -534,22 +547,24 @@ static int data_and_pattern(PyObject *args, PyObject *kwargs, const char *format
 }
 
 PyDoc_STRVAR(scan_doc,
-             "scan(data, pattern) -> list of bytes\n\n"
+             "scan(data, pattern, max_bytes=0) -> list of bytes\n\n"
              "The pretokens of the bytes-like ``data`` for the named pattern (gpt2, cl100k, o200k,\n"
              "whitespace, words, none): exactly ``regex.findall`` on\n"
-             "``data.decode('utf-8', 'surrogateescape')``, each match encoded back the same way.");
+             "``data.decode('utf-8', 'surrogateescape')``, each match encoded back the same way;\n"
+             "one longer than ``max_bytes`` (0: no cap) as its pieces (``pretokenize.cap_pieces``).");
 
 static PyObject *py_scan(PyObject *self, PyObject *args, PyObject *kwargs) {
     Py_buffer buf;
     int pattern;
-    if (!data_and_pattern(args, kwargs, "y*s:scan", &buf, &pattern)) return NULL;
+    Py_ssize_t max_bytes;
+    if (!data_and_pattern(args, kwargs, "y*s|n:scan", &buf, &pattern, &max_bytes)) return NULL;
     PyObject *result = NULL, *list = PyList_New(0);
     if (!list) goto done;
     bs_span spans[SPAN_BATCH];
     const uint8_t *data = buf.buf;
-    size_t pos = 0;
+    size_t pos = 0, rest = 0;
     ptrdiff_t got;
-    while ((got = bs_scan(pattern, data, (size_t)buf.len, &pos, spans, SPAN_BATCH)) > 0) {
+    while ((got = bs_scan_pieces(pattern, (size_t)max_bytes, data, (size_t)buf.len, &pos, &rest, spans, SPAN_BATCH)) > 0) {
         for (ptrdiff_t i = 0; i < got; i++) {
             PyObject *piece = PyBytes_FromStringAndSize((const char *)data + spans[i].start,
                                                         (Py_ssize_t)(spans[i].end - spans[i].start));
@@ -621,16 +636,17 @@ static void table_dealloc(CountTableObject *self) {
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
-PyDoc_STRVAR(feed_doc, "feed(data, pattern) -> int\n\n"
-                       "Counts the pretokens of the bytes-like ``data`` for the named pattern (as ``scan``)\n"
-                       "and returns how many there were.");
+PyDoc_STRVAR(feed_doc, "feed(data, pattern, max_bytes=0) -> int\n\n"
+                       "Counts the pretokens of the bytes-like ``data`` for the named pattern (as ``scan``,\n"
+                       "with its ``max_bytes``) and returns how many there were.");
 
 static PyObject *table_feed(CountTableObject *self, PyObject *args, PyObject *kwargs) {
     Py_buffer buf;
     int pattern;
-    if (!data_and_pattern(args, kwargs, "y*s:feed", &buf, &pattern)) return NULL;
+    Py_ssize_t max_bytes;
+    if (!data_and_pattern(args, kwargs, "y*s|n:feed", &buf, &pattern, &max_bytes)) return NULL;
     uint64_t counted = 0;
-    int rc = bs_ct_feed(self->table, pattern, buf.buf, (size_t)buf.len, &counted);
+    int rc = bs_ct_feed(self->table, pattern, (size_t)max_bytes, buf.buf, (size_t)buf.len, &counted);
     PyBuffer_Release(&buf);
     if (rc != BS_CT_OK) return table_error(rc);
     return PyLong_FromUnsignedLongLong(counted);

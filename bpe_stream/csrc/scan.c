@@ -301,6 +301,44 @@ ptrdiff_t bs_scan(int pattern, const uint8_t *data, size_t len, size_t *pos, bs_
     return (ptrdiff_t)k;
 }
 
+size_t bs_piece_end(const uint8_t *data, size_t start, size_t end, size_t max_bytes) {
+    if (!max_bytes || end - start <= max_bytes) return end;
+    size_t limit = start + max_bytes, i = start;
+    for (;;) {
+        uint32_t n = 1;
+        if (data[i] >= 0x80) decode_multibyte(data, end, i, &n);
+        if (i + n > limit) return i > start ? i : i + n; /* (a cap below 4 bytes: one character) */
+        i += n;
+    }
+}
+
+ptrdiff_t bs_scan_pieces(int pattern, size_t max_bytes, const uint8_t *data, size_t len, size_t *pos, size_t *rest,
+                         bs_span *out, size_t cap) {
+    if (!max_bytes && !*rest) return bs_scan(pattern, data, len, pos, out, cap);
+    size_t k = 0;
+    while (k < cap) {
+        if (*rest) { /* the next piece of a pretoken longer than the cap */
+            size_t e = bs_piece_end(data, *pos, *rest, max_bytes);
+            out[k].start = *pos, out[k].end = e, k++;
+            *pos = e;
+            if (e == *rest) *rest = 0;
+            continue;
+        }
+        ptrdiff_t got = bs_scan(pattern, data, len, pos, out + k, cap - k);
+        if (got <= 0) return k ? (ptrdiff_t)k : got;
+        size_t i = k, stop = k + (size_t)got;
+        while (i < stop && out[i].end - out[i].start <= max_bytes) i++;
+        if (i == stop) {
+            k = stop;
+            continue;
+        }
+        /* A long one: scanning goes on after it (from its start, a match of the whole), its
+         * pieces are written first. */
+        *pos = out[i].start, *rest = out[i].end, k = i;
+    }
+    return (ptrdiff_t)k;
+}
+
 size_t bs_utf8_first_invalid(const uint8_t *data, size_t len) {
     size_t i = 0;
     while (i < len) {

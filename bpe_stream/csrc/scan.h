@@ -45,6 +45,25 @@ const char *bs_scan_pattern_name(int pattern);
  */
 ptrdiff_t bs_scan(int pattern, const uint8_t *data, size_t len, size_t *pos, bs_span *out, size_t cap);
 
+/*
+ * The end of the first piece of the pretoken data[start:end) under a cap of max_bytes:
+ * as many whole characters (as the scanner decodes them: a well-formed UTF-8 sequence, or
+ * one byte of its own) as fit in max_bytes -- at least one -- or end when max_bytes is 0
+ * or the rest fits.  The pieces of a pretoken longer than the cap are cut greedily from
+ * its start, so cutting on from any piece's start gives the same pieces.  The Python
+ * twin is pretokenize.cap_pieces.
+ */
+size_t bs_piece_end(const uint8_t *data, size_t start, size_t end, size_t max_bytes);
+
+/*
+ * bs_scan with each pretoken longer than max_bytes (0: no cap) cut into pieces by
+ * bs_piece_end: the spans written are the pieces.  *rest is where the pretoken being cut
+ * ends while its pieces are not all written (0 otherwise); start with *pos = *rest = 0 and
+ * hand both back unchanged to go on.
+ */
+ptrdiff_t bs_scan_pieces(int pattern, size_t max_bytes, const uint8_t *data, size_t len, size_t *pos, size_t *rest,
+                         bs_span *out, size_t cap);
+
 /* The offset of the first byte of data[0:len) that is not part of well-formed UTF-8 --
  * where data.decode("utf-8") fails (its UnicodeDecodeError's start) -- or len. */
 size_t bs_utf8_first_invalid(const uint8_t *data, size_t len);

@@ -5,18 +5,19 @@
 #include "scan.h"
 #include "specials.h"
 
-#define SPAN_BATCH 256 /* pretokens per bs_scan call, on the stack */
+#define SPAN_BATCH 256 /* pretokens per bs_scan_pieces call, on the stack */
 
 struct bs_text_encoder {
     Encoder *enc; /* borrowed */
     int pattern;
+    size_t max_bytes; /* the pretokens' cap (0: none) */
     bs_specials *specials;
     bs_idcache *cache;
     uint32_t *out; /* the ids of the last call */
     size_t n_out, cap_out;
 };
 
-bs_text_encoder *bs_te_new(Encoder *enc, int pattern, uint32_t cache_entries, int *status) {
+bs_text_encoder *bs_te_new(Encoder *enc, int pattern, size_t max_bytes, uint32_t cache_entries, int *status) {
     if (!enc || !bs_scan_pattern_name(pattern)) {
         *status = BS_BAD_ARGUMENT;
         return NULL;
@@ -25,6 +26,7 @@ bs_text_encoder *bs_te_new(Encoder *enc, int pattern, uint32_t cache_entries, in
     if (te) {
         te->enc = enc;
         te->pattern = pattern;
+        te->max_bytes = max_bytes;
         te->specials = bs_specials_new();
         te->cache = bs_idcache_new(cache_entries);
     }
@@ -86,9 +88,9 @@ static inline int encode_pretoken(bs_text_encoder *te, const uint8_t *s, size_t 
 static int encode_stretch(bs_text_encoder *te, const uint8_t *data, size_t len) {
     bs_span spans[SPAN_BATCH];
     bs_idcache_found found[SPAN_BATCH];
-    size_t pos = 0;
+    size_t pos = 0, rest = 0;
     ptrdiff_t got;
-    while ((got = bs_scan(te->pattern, data, len, &pos, spans, SPAN_BATCH)) > 0) {
+    while ((got = bs_scan_pieces(te->pattern, te->max_bytes, data, len, &pos, &rest, spans, SPAN_BATCH)) > 0) {
         bs_idcache_lookup(te->cache, data, len, spans, (size_t)got, found);
         uint64_t generation = bs_idcache_generation(te->cache);
         for (ptrdiff_t k = 0; k < got; k++) {

@@ -18,9 +18,10 @@
 
 typedef struct bs_text_encoder bs_text_encoder;
 
-/* pattern: a bs_scan_pattern (BS_BAD_ARGUMENT otherwise); cache_entries: idcache.h's
- * max_entries. */
-bs_text_encoder *bs_te_new(Encoder *enc, int pattern, uint32_t cache_entries, int *status);
+/* pattern: a bs_scan_pattern (BS_BAD_ARGUMENT otherwise); max_bytes: pretokens longer
+ * than this are encoded as their pieces (bs_scan_pieces; 0: no cap); cache_entries:
+ * idcache.h's max_entries. */
+bs_text_encoder *bs_te_new(Encoder *enc, int pattern, size_t max_bytes, uint32_t cache_entries, int *status);
 void bs_te_free(bs_text_encoder *te);
 /* A special token and its id (specials.h). */
 int bs_te_add_special(bs_text_encoder *te, const uint8_t *token, size_t len, uint32_t id);

@@ -133,7 +133,18 @@ def truncate(tok: Tokenizer, vocab_size: int) -> Tokenizer:
         end = len(tok.merges)
     merges = tok.merges[:end]
     vocab = {tid: data for tid, data in tok.vocab.items() if tid not in made_ids or tid in kept}
-    return Tokenizer(vocab, merges, tok.symbols, pretokenizer=tok.pretokenizer.name, tie_break=tok.tie_break)
+    return Tokenizer(vocab, merges, tok.symbols, pretokenizer=tok.pretokenizer.name, tie_break=tok.tie_break,
+                     max_token_bytes=tok.max_token_bytes)
+
+
+def export_warnings(tok: Tokenizer, fmt: str) -> List[str]:
+    """What an export in ``fmt`` cannot carry of ``tok``: its pretoken cap, in any format
+    but ``native`` (HF's pre-tokenizers, GPT-2's files and tiktoken have no such setting)."""
+    if fmt == "native" or not tok.max_token_bytes:
+        return []
+    return [f"the {fmt} format cannot record --max-token-bytes {tok.max_token_bytes}: other tools (and bpe-stream "
+            f"loading this export) encode a pretoken longer than {tok.max_token_bytes:,} bytes whole, this "
+            "tokenizer in pieces; the ids differ only for such pretokens"]
 
 
 def export_tokenizer(tok: Tokenizer, fmt: str, path, vocab_size: Optional[int] = None, like=None) -> List[str]:

@@ -146,7 +146,8 @@ def header_settings(header: dict, where: str = "") -> dict:
     if end_of_word is not None and not isinstance(end_of_word, str):
         raise CountsFormatError(f"{where}settings.end_of_word in the header must be a string or null")
     try:
-        settings = make_settings(raw["pretokenizer"], specials, end_of_word)
+        # (a header without max_token_bytes, as every one before it existed: counted with no cap)
+        settings = make_settings(raw["pretokenizer"], specials, end_of_word, raw.get("max_token_bytes"))
     except (PretokenizeError, ValueError) as exc:
         raise CountsFormatError(f"{where}{exc}") from None
     if raw.get("pattern") is not None and raw["pattern"] != settings["pattern"]:

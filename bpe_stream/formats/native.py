@@ -21,10 +21,13 @@ FORMAT_VERSION = 1
 
 
 def to_document(tok: Tokenizer) -> dict:
+    pre = {"name": tok.pretokenizer.name, "pattern": tok.pretokenizer.pattern}
+    if tok.max_token_bytes:  # (absent without a cap: older files and their digests stay as they were)
+        pre["max_token_bytes"] = tok.max_token_bytes
     return {
         "format": FORMAT_NAME,
         "version": FORMAT_VERSION,
-        "pretokenizer": {"name": tok.pretokenizer.name, "pattern": tok.pretokenizer.pattern},
+        "pretokenizer": pre,
         "tie_break": tok.tie_break,
         "symbols": [{"id": sid, "role": role, "text": text} for sid, role, text in tok.symbols],
         "vocab": [[tid, tok.vocab[tid].hex()] for tid in sorted(tok.vocab)],
@@ -132,6 +135,7 @@ def from_document(doc: dict) -> Tokenizer:
             [(s["id"], s["role"], s["text"]) for s in symbols],
             pretokenizer=name,
             tie_break=doc.get("tie_break"),
+            max_token_bytes=pre.get("max_token_bytes"),
         )
     except PretokenizeError as exc:
         raise TokenizerError(str(exc)) from None
