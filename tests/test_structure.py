@@ -242,7 +242,7 @@ def test_every_user_error_class_of_the_library_is_a_user_error():
     from bpe_stream.merge_engine import TrainError
     from bpe_stream.pretokenize import PretokenizeError
     from bpe_stream.reader import InputError
-    from bpe_stream.sequences import ScratchError
+    from bpe_stream.disk_engine import ScratchError
     from bpe_stream.sources import Refused
     from bpe_stream.store import NotWritable, StoreError, WriteFailed
     from bpe_stream.tokenizer import TokenizerError
