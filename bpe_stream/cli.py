@@ -61,6 +61,21 @@ def _check_style(value: str) -> str:
 
 
 ProgressOpt = typer.Option("text", "--progress", callback=_check_style, help="text (a bar on a terminal, else plain lines) or json (one JSON object per line).")
+def _check_input_format(value: str) -> str:
+    from .documents import INPUT_FORMATS
+
+    if value not in INPUT_FORMATS:  # refused before any work
+        raise typer.BadParameter(f"must be one of {', '.join(INPUT_FORMATS)}, not {value!r}")
+    return value
+
+
+InputFormatOpt = typer.Option(
+    "auto", "--input-format", callback=_check_input_format,
+    help="auto (by extension: .jsonl/.json, .parquet, else text; .gz/.zst/.xz/.bz2 decompressed), text, jsonl or parquet.",
+)
+FieldOpt = typer.Option("text", "--field", help="JSON Lines: the field of each record that holds its document.")
+ColumnOpt = typer.Option("text", "--column", help="Parquet: the column that holds each row's document.")
+SkipBadOpt = typer.Option(False, "--skip-bad-records", help="Skip JSON Lines/Parquet records without a text (counted in the summary) instead of stopping.")
 TokOpt = typer.Option(..., "--tokenizer", "-t", help="Tokenizer file (or GPT-2 vocab.json+merges.txt directory).")
 
 
@@ -186,11 +201,20 @@ def count(
     scheduler: Optional[str] = typer.Option(None, "--scheduler", help="Dask scheduler address; none starts a LocalCluster."),
     recount: bool = typer.Option(False, "--recount", help="Count files again even if already counted."),
     strict_utf8: bool = typer.Option(False, "--strict-utf8", help="Stop at invalid UTF-8 instead of keeping it."),
+    input_format: str = InputFormatOpt,
+    field: str = FieldOpt,
+    column: str = ColumnOpt,
+    skip_bad_records: bool = SkipBadOpt,
     quiet: bool = QuietOpt,
     progress_every: Optional[float] = EveryOpt,
     progress: str = ProgressOpt,
 ):
-    """Stream text into the word-frequency store; runs add up."""
+    """Stream text into the word-frequency store; runs add up.
+
+    .gz, .zst, .xz and .bz2 files are decompressed as they are read (stdin: by its first
+    bytes); a killed count of one resumes by decompressing it again up to the committed offset
+    of its uncompressed text.  .jsonl/.json files: each record's --field is one document;
+    .parquet: each row's --column, by row groups."""
     budget = parse_size(max_memory) if max_memory else default_budget()
     with user_errors():
         sources = [Source.from_arg(p) for p in (paths or [STDIN])]
@@ -206,7 +230,8 @@ def count(
             with _interrupted(st, before, sources), bar:
                 summary = count_sources(
                     st, sources, settings, workers=n_workers, runner=runner, max_memory=budget,
-                    recount=recount, strict_utf8=strict_utf8,
+                    recount=recount, strict_utf8=strict_utf8, input_format=input_format, field=field,
+                    column=column, skip_bad_records=skip_bad_records,
                     on_bytes=bar.update, on_message=bar.write, on_total=bar.set_total,
                 )
             say(quiet, summary.line())
