@@ -346,28 +346,40 @@ def encode(
     output: Optional[str] = typer.Option(None, "--output", "-o", help="Write here (atomically) instead of stdout."),
     strict_utf8: bool = typer.Option(False, "--strict-utf8", help="Stop at invalid UTF-8 instead of keeping it."),
     workers: int = typer.Option(1, "--workers", "-w", min=1, help="Processes; the output is the same for any number."),
+    input_format: str = InputFormatOpt,
+    field: str = FieldOpt,
+    column: str = ColumnOpt,
+    skip_bad_records: bool = SkipBadOpt,
+    append_special: Optional[str] = typer.Option(
+        None, "--append-special", help="A special token of the tokenizer written after each document (e.g. '<|endoftext|>')."),
     quiet: bool = QuietOpt,
     progress_every: Optional[float] = EveryOpt,
     progress: str = ProgressOpt,
 ):
-    """Text to token ids, streaming."""
-    from .encoding import ParallelEncoder
+    """Text to token ids, streaming: one line of ids per document (txt), or the ids in order (u16/u32).
+
+    Documents: each file (a .gz/.zst/.xz/.bz2 file decompressed), or each record of a
+    .jsonl/.json (--field) or .parquet (--column) file."""
+    from .documents import with_form
+    from .encoding import ParallelEncoder, encode_sources, special_id
 
     with user_errors():
         if fmt not in FORMATS:
             raise typer.BadParameter(f"--format must be one of {', '.join(FORMATS)}")
         _check_output_arg(output)
         tok = load_any(tokenizer)
-        sources = [Source.from_arg(p) for p in _inputs(paths)]
+        sources = [with_form(Source.from_arg(p), input_format, field, column) for p in _inputs(paths)]
         check_format(fmt, max(tok.vocab) if tok.vocab else 0)
-        started, tokens = time.monotonic(), 0
+        append = [special_id(tok, append_special)] if append_special is not None else []
+        started = time.monotonic()
         bar = progress_bar(quiet, "encode", "bytes", _total_size(sources), every=progress_every, style=progress,
                            unit_scale=True)
         with ParallelEncoder(tok, workers) as encoder, _open_output(output) as out, bar:
-            for source in sources:
-                with source.reading() as stream:
-                    tokens += encoder.write(out, CountingReader(stream, bar.update), fmt, strict=strict_utf8)
-        say(quiet, summary_line("encoded", bar.done, len(sources), tokens, time.monotonic() - started))
+            tokens, documents, skipped, text_bytes = encode_sources(
+                encoder, out, sources, fmt, strict=strict_utf8, append=append, skip_bad=skip_bad_records,
+                on_bytes=bar.update)
+        line = summary_line("encoded", text_bytes, documents, tokens, time.monotonic() - started)
+        say(quiet, line + (f"; skipped {skipped:,} bad record{'s' if skipped != 1 else ''}" if skipped else ""))
 
 
 @app.command()
