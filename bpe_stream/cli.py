@@ -217,7 +217,10 @@ def count(
     .parquet: each row's --column, by row groups."""
     budget = parse_size(max_memory) if max_memory else default_budget()
     with user_errors():
-        sources = [Source.from_arg(p) for p in (paths or [STDIN])]
+        from .documents import with_form
+
+        # forms found (a .gz that is not gzip, a missing extra) before a store is made for them
+        sources = [with_form(Source.from_arg(p), input_format, field, column) for p in (paths or [STDIN])]
         given = {"pretokenizer": pretokenizer, "special_tokens": special_token or None, "end_of_word": end_of_word}
         _settings_of(given)  # bad settings are refused before a new store is created for them
         with Store.open(store_path(store), create=True) as st:

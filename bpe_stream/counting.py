@@ -490,7 +490,7 @@ def count_sources(
 
     # Compressed, JSON Lines and Parquet inputs (``documents``): their form found (and checked
     # against their first bytes) before anything is counted.
-    sources = [with_form(s, input_format, field, column) for s in sources]
+    sources = [s if s.form is not None else with_form(s, input_format, field, column) for s in sources]
     summary = CountSummary(workers=workers)
     started = time.monotonic()
     batch = _Batch()

@@ -336,7 +336,11 @@ def parquet_row_groups(path: str) -> List[Tuple[int, int]]:
         meta = pq.ParquetFile(path).metadata
     except Exception as exc:  # pyarrow.ArrowInvalid and kin
         raise InputError(f"{path}: not a readable Parquet file ({exc})") from None
-    return [(meta.row_group(i).num_rows, meta.row_group(i).total_compressed_size) for i in range(meta.num_row_groups)]
+    groups = []
+    for i in range(meta.num_row_groups):
+        group = meta.row_group(i)
+        groups.append((group.num_rows, sum(group.column(c).total_compressed_size for c in range(group.num_columns))))
+    return groups
 
 
 def parquet_documents(path: str, group: int, first_row: int, column: str, strict: bool,
