@@ -129,6 +129,8 @@ def form_of(source: Source, input_format: str = "auto", field: str = "text", col
     if compression is not None:
         ext = os.path.splitext(base)[1]
     records = input_format if input_format != "auto" else RECORD_EXTENSIONS.get(ext.lower(), "text")
+    if compression is None and records == "text":
+        return InputForm(None, "text", field)  # a plain file: nothing to check
     with open(source.name, "rb") as f:
         head = f.read(16)
     if compression is not None:
@@ -236,8 +238,45 @@ def decompressing(raw, compression: Optional[str], name: str):
     elif compression == "bz2":
         stream = bz2.BZ2File(raw)
     else:
-        stream = require("zstd").ZstdDecompressor().stream_reader(raw, read_across_frames=True, closefd=False)
+        stream = _ZstdFrames(raw, require("zstd"))
     return _Decompressed(stream, name, compression)
+
+
+class _ZstdFrames:
+    """zstd frames one after another, as ``zstd -d`` reads them.  (zstandard's
+    ``stream_reader`` ends quietly at a frame cut short: a truncated file would count as
+    its first part.)  The compressed bytes go in small blocks, so one block's output stays
+    small for text."""
+
+    _BLOCK = 1 << 13
+
+    def __init__(self, raw, zstd):
+        self.raw, self.zstd = raw, zstd
+        self.obj = zstd.ZstdDecompressor().decompressobj()
+        self.in_frame = False
+        self.pending = b""
+        self.buf = bytearray()
+        self.done = False
+
+    def read(self, n: int = -1) -> bytes:
+        while not self.done and (n < 0 or len(self.buf) < n):
+            data, self.pending = (self.pending or self.raw.read(self._BLOCK)), b""
+            if not data:
+                if self.in_frame:
+                    raise EOFError("the stream ends inside a frame")
+                self.done = True
+                break
+            self.buf += self.obj.decompress(data)
+            self.in_frame = not self.obj.eof
+            if self.obj.eof:  # the next frame, if any, starts in what this one did not use
+                self.pending = self.obj.unused_data
+                self.obj = self.zstd.ZstdDecompressor().decompressobj()
+        if n < 0 or n >= len(self.buf):
+            out, self.buf = bytes(self.buf), bytearray()
+        else:
+            out = bytes(self.buf[:n])
+            del self.buf[:n]
+        return out
 
 
 def open_stream(source: Source, form: InputForm, on_bytes: Callable[[int], None] = lambda n: None,
@@ -260,8 +299,10 @@ def stdin_form(source: Source, form: InputForm) -> InputForm:
     consumed); a pipe named by path is read as it is."""
     if source.name != STDIN or form.compression is not None:
         return form
-    peek = getattr(sys.stdin.buffer, "peek", None)
-    compression = _sniff(peek(16)[:16]) if peek is not None else None
+    try:
+        compression = _sniff(sys.stdin.buffer.peek(16)[:16])
+    except (AttributeError, OSError, ValueError):  # no stdin (closed), or one that cannot peek: read as it is
+        compression = None
     if compression == "zstd":
         require("zstd")
     return InputForm(compression, form.records, form.field)
@@ -270,12 +311,12 @@ def stdin_form(source: Source, form: InputForm) -> InputForm:
 def skip_to(stream: BinaryIO, n: int, name: str) -> int:
     """Reads and drops the first ``n`` uncompressed bytes (a resumed file); returns how many
     newlines they held (the line number of a JSON Lines file resumed there)."""
-    lines = 0
+    lines, offset = 0, n
     while n > 0:
         block = stream.read(min(CHUNK_BYTES, n))
         if not block:
-            raise InputError(f"{name} ended at uncompressed byte before its committed offset: it changed "
-                             "since it was counted; pass --recount")
+            raise InputError(f"{name} ends before uncompressed byte {offset:,}, where its committed counts reach: "
+                             "it changed since it was counted; pass --recount")
         lines += block.count(b"\n")
         n -= len(block)
     return lines

@@ -191,6 +191,10 @@ def test_a_damaged_or_truncated_stream_is_an_error(bpe, tmp_path):
     data = gzip.compress(EOT.encode().join(DOCS))
     (tmp_path / "cut.txt.gz").write_bytes(data[: len(data) // 2])
     assert_clean_error(bpe("count", "--store", "st", "cut.txt.gz"), "cut.txt.gz: not a valid gzip stream")
+    data = zstandard.ZstdCompressor().compress(EOT.encode().join(DOCS))
+    (tmp_path / "cut.txt.zst").write_bytes(data[: len(data) // 2])
+    assert_clean_error(bpe("count", "--store", "st", "cut.txt.zst"), "cut.txt.zst: not a valid zstd stream")
+    assert not (tmp_path / "st" / "data.mdb").exists() or H.snapshot(tmp_path / "st")["words"] == {}
     data = lzma.compress(b"hello world " * 1000)
     (tmp_path / "bad.xz").write_bytes(data[:20] + b"\0" * 40 + data[60:])
     assert_clean_error(bpe("count", "--store", "st2", "bad.xz"), "bad.xz: not a valid xz stream")
