@@ -443,6 +443,7 @@ def iter_documents(source: Source, form: InputForm, strict: bool = False, skip_b
                 yield io.BytesIO(doc)
             on_bytes(size)
             first += rows
+        on_bytes(max(0, source.size - sum(size for _, size in groups)))  # the footer: the bar ends at the file's size
         return
     raw, stream, form = open_stream(source, form, on_bytes)
     try:
