@@ -372,6 +372,50 @@ def test_the_progress_bar_moves_by_compressed_bytes(bpe, tmp_path):
     objects = [json.loads(line) for line in stderr_text(res).splitlines() if line.startswith("{")]
     assert objects[-1]["final"] and objects[-1]["done"] == objects[-1]["total"] == path.stat().st_size
 
+    (tmp_path / "t.txt.gz").write_bytes(compress(EOT.encode().join(DOCS[:20]), "gz"))
+    write_parquet(tmp_path / "t.parquet", DOCS[:20], row_group_size=6)
+    ok(bpe("train", "--store", "st", "--vocab-size", "300", "-o", "tok.json", "-q"))
+    for name in ("t.txt.gz", "t.parquet"):
+        res = ok(bpe("encode", "-t", "tok.json", name, "-o", "ids", "--progress", "json"))
+        last = [json.loads(line) for line in stderr_text(res).splitlines() if line.startswith("{")][-1]
+        assert last["done"] == last["total"] == (tmp_path / name).stat().st_size, name
+
+
+@pytest.mark.parametrize("pretokenizer", [r"regex:\w+|\s+|[^\w\s]+", "none"])
+def test_other_pretokenizers_count_documents_as_plain_files(tmp_path, pretokenizer):
+    """The str path (regex:) and the unsplittable none: a compressed text is one piece, and
+    each record still counts on its own."""
+    docs = DOCS[:30]
+    settings = make_settings(pretokenizer, [EOT])
+    for i, doc in enumerate(docs):
+        (tmp_path / f"d{i}.txt").write_bytes(doc)
+    (tmp_path / "j.txt").write_bytes(EOT.encode().join(docs))
+    (tmp_path / "j.txt.bz2").write_bytes(compress(EOT.encode().join(docs), "bz2"))
+    (tmp_path / "r.jsonl.gz").write_bytes(compress(jsonl(docs), "gz"))
+
+    def store_of(name, paths, workers):
+        with Store.open(str(tmp_path / name), create=True) as st:
+            count_sources(st, [Source.from_arg(str(tmp_path / p)) for p in paths], settings, workers=workers,
+                          range_bytes=4 << 10)
+        return content(tmp_path / name)
+
+    per_file = store_of("files", [f"d{i}.txt" for i in range(len(docs))], 1)
+    joined = store_of("joined", ["j.txt"], 1)
+    for workers in (1, 2):
+        assert store_of(f"bz2-{workers}", ["j.txt.bz2"], workers) == joined
+        assert store_of(f"jsonl-{workers}", ["r.jsonl.gz"], workers) == per_file
+
+
+def test_strict_utf8_in_a_compressed_file_names_the_uncompressed_offset(bpe, tmp_path):
+    text = b"hello world " * 5000 + b"\xff" + b" tail"
+    (tmp_path / "s.txt.gz").write_bytes(gzip.compress(text))
+    assert_clean_error(bpe("count", "--store", "st", "--strict-utf8", "s.txt.gz"),
+                       f"invalid UTF-8 at byte offset {len(text) - 6};")
+    ok(bpe("count", "--store", "st2", "s.txt.gz"))
+    (tmp_path / "s.txt").write_bytes(text)
+    ok(bpe("count", "--store", "st3", "s.txt"))
+    assert content(tmp_path / "st2") == content(tmp_path / "st3")
+
 
 # -- encode ------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
