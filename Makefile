@@ -14,7 +14,7 @@ install: $(VENV)/.installed
 $(VENV)/.installed: setup.cfg pyproject.toml setup.py $(wildcard bpe_stream/csrc/*)
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[dev,dask]'
+	$(PY) -m pip install -q -e '.[dev,dask,zstd,parquet]'
 	touch $@
 
 # The main job on a corpus every machine with Python has: the standard library's own

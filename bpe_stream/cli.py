@@ -38,6 +38,24 @@ app = typer.Typer(
 )
 
 
+
+def _check_input_format(value: str) -> str:
+    from .documents import INPUT_FORMATS
+
+    if value not in INPUT_FORMATS:  # refused before any work
+        raise typer.BadParameter(f"must be one of {', '.join(INPUT_FORMATS)}, not {value!r}")
+    return value
+
+
+InputFormatOpt = typer.Option(
+    "auto", "--input-format", callback=_check_input_format,
+    help="auto (by extension: .jsonl/.json, .parquet, else text; .gz/.zst/.xz/.bz2 decompressed), text, jsonl or parquet.",
+)
+FieldOpt = typer.Option("text", "--field", help="JSON Lines: the field of each record that holds its document.")
+ColumnOpt = typer.Option("text", "--column", help="Parquet: the column that holds each row's document.")
+SkipBadOpt = typer.Option(False, "--skip-bad-records", help="Skip JSON Lines/Parquet records without a text (counted in the summary) instead of stopping.")
+
+
 @contextmanager
 def _interrupted(store, before: dict, sources):
     """Ctrl-C during count: say what the store kept (stdin cannot be replayed), exit 130."""
@@ -93,17 +111,28 @@ def count(
     scheduler: Optional[str] = typer.Option(None, "--scheduler", help="Dask scheduler address; none starts a LocalCluster."),
     recount: bool = typer.Option(False, "--recount", help="Count files again even if already counted."),
     strict_utf8: bool = typer.Option(False, "--strict-utf8", help="Stop at invalid UTF-8 instead of keeping it."),
+    input_format: str = InputFormatOpt,
+    field: str = FieldOpt,
+    column: str = ColumnOpt,
+    skip_bad_records: bool = SkipBadOpt,
     quiet: bool = QuietOpt,
     progress_every: Optional[float] = EveryOpt,
     progress: str = ProgressOpt,
 ):
-    """Stream text into the word-frequency store; runs add up."""
+    """Stream text into the word-frequency store; runs add up.
+
+    .gz, .zst, .xz and .bz2 files are decompressed as they are read (stdin: by its first
+    bytes); a killed count of one resumes by decompressing it again up to the committed offset
+    of its uncompressed text.  .jsonl/.json files: each record's --field is one document;
+    .parquet: each row's --column, by row groups."""
     from .counting import count_sources, default_workers, make_runner, resolve_settings
+    from .documents import with_form
     from .store import Store
 
     budget = parse_size(max_memory) if max_memory else default_budget()
     with user_errors():
-        sources = [Source.from_arg(p) for p in (paths or [STDIN])]
+        # forms found (a .gz that is not gzip, a missing extra) before a store is made for them
+        sources = [with_form(Source.from_arg(p), input_format, field, column) for p in (paths or [STDIN])]
         given = {"pretokenizer": pretokenizer, "special_tokens": special_token or None, "end_of_word": end_of_word,
                  "max_token_bytes": max_token_bytes}
         resolve_settings(given)  # bad settings are refused before a new store is created for them
@@ -117,7 +146,8 @@ def count(
             with _interrupted(st, before, sources), bar:
                 summary = count_sources(
                     st, sources, settings, workers=n_workers, runner=runner, max_memory=budget,
-                    recount=recount, strict_utf8=strict_utf8,
+                    recount=recount, strict_utf8=strict_utf8, input_format=input_format, field=field,
+                    column=column, skip_bad_records=skip_bad_records,
                     on_bytes=bar.update, on_message=bar.write, on_total=bar.set_total,
                 )
             say(quiet, summary.line())
@@ -233,28 +263,40 @@ def encode(
     output: Optional[str] = typer.Option(None, "--output", "-o", help="Write here (atomically) instead of stdout."),
     strict_utf8: bool = typer.Option(False, "--strict-utf8", help="Stop at invalid UTF-8 instead of keeping it."),
     workers: int = typer.Option(1, "--workers", "-w", min=1, help="Processes; the output is the same for any number."),
+    input_format: str = InputFormatOpt,
+    field: str = FieldOpt,
+    column: str = ColumnOpt,
+    skip_bad_records: bool = SkipBadOpt,
+    append_special: Optional[str] = typer.Option(
+        None, "--append-special", help="A special token of the tokenizer written after each document (e.g. '<|endoftext|>')."),
     quiet: bool = QuietOpt,
     progress_every: Optional[float] = EveryOpt,
     progress: str = ProgressOpt,
 ):
-    """Text to token ids, streaming."""
-    from .encoding import ParallelEncoder
+    """Text to token ids, streaming: one line of ids per document (txt), or the ids in order (u16/u32).
+
+    Documents: each file (a .gz/.zst/.xz/.bz2 file decompressed), or each record of a
+    .jsonl/.json (--field) or .parquet (--column) file."""
+    from .documents import with_form
+    from .encoding import ParallelEncoder, encode_sources, special_id
 
     with user_errors():
         if fmt not in FORMATS:
             raise typer.BadParameter(f"--format must be one of {', '.join(FORMATS)}")
         _check_output_arg(output)
         tok = load_any(tokenizer)
-        sources = [Source.from_arg(p) for p in _inputs(paths)]
+        sources = [with_form(Source.from_arg(p), input_format, field, column) for p in _inputs(paths)]
         check_format(fmt, max(tok.vocab) if tok.vocab else 0)
-        started, tokens = time.monotonic(), 0
+        append = [special_id(tok, append_special)] if append_special is not None else []
+        started = time.monotonic()
         bar = progress_bar(quiet, "encode", "bytes", _total_size(sources), every=progress_every, style=progress,
                            unit_scale=True)
         with ParallelEncoder(tok, workers) as encoder, _open_output(output) as out, bar:
-            for source in sources:
-                with source.reading() as stream:
-                    tokens += encoder.write(out, CountingReader(stream, bar.update), fmt, strict=strict_utf8)
-        say(quiet, summary_line("encoded", bar.done, len(sources), tokens, time.monotonic() - started))
+            tokens, documents, skipped, text_bytes = encode_sources(
+                encoder, out, sources, fmt, strict=strict_utf8, append=append, skip_bad=skip_bad_records,
+                on_bytes=bar.update)
+        line = summary_line("encoded", text_bytes, documents, tokens, time.monotonic() - started)
+        say(quiet, line + (f"; skipped {skipped:,} bad record{'s' if skipped != 1 else ''}" if skipped else ""))
 
 
 @app.command()

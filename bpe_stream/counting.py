@@ -142,6 +142,8 @@ class PartialCounts:
     digest: Optional[bytes] = None  # of the range's bytes, as read (count_range)
     # The counts packed (``count_table``: bytes keys), from count_bytes; then ``counter`` is empty.
     packed: Optional[bytes] = None
+    documents: int = 0  # records counted (JSON Lines, Parquet); special tokens add their own
+    skipped: int = 0  # bad records skipped (--skip-bad-records)
 
     def unpacked(self, str_keys: bool = False) -> "PartialCounts":
         """The packed counts moved into ``counter`` (keyed by bytes, or by text decoded with
@@ -328,6 +330,66 @@ def _count_range_bytes(path: str, start: int, end: int, settings: dict, strict_u
     return partial
 
 
+def count_data_piece(data: bytes, settings: dict, strict_utf8: bool, offset: int) -> PartialCounts:
+    """The counting unit of a piece of one document's bytes in memory (a decompressed stream
+    cut at safe points; ``offset``: where it starts, for the UTF-8 error): as
+    :func:`count_range` for those bytes, packed where the pretokenizer allows."""
+    if strict_utf8:
+        bad = first_invalid_utf8(data)
+        if bad >= 0:
+            raise InputError(invalid_utf8_message(offset + bad))
+    partial = PartialCounts(bytes=len(data))
+    if native_countable(settings):
+        table = CountTable()
+        count_bytes(data, settings, partial, table)
+        partial.packed = table.pack()
+        return partial
+    doc = DocumentCounter(settings, partial)
+    doc.feed(from_bytes(data), final=True)
+    return partial.to_bytes_keys()
+
+
+def _count_documents(docs, settings: dict) -> PartialCounts:
+    """Counts each document of ``docs`` ((bytes or None for a skipped record, number)) on its
+    own: no pretoken spans two documents, as if each were a file."""
+    partial = PartialCounts()
+    if native_countable(settings):
+        table = CountTable()
+        for doc, _ in docs:
+            if doc is None:
+                partial.skipped += 1
+                continue
+            partial.documents += 1
+            partial.bytes += len(doc)
+            count_bytes(doc, settings, partial, table)
+        partial.packed = table.pack()
+        return partial
+    for doc, _ in docs:
+        if doc is None:
+            partial.skipped += 1
+            continue
+        partial.documents += 1
+        partial.bytes += len(doc)
+        DocumentCounter(settings, partial).feed(from_bytes(doc), final=True)
+    return partial.to_bytes_keys()
+
+
+def count_jsonl_piece(data: bytes, first_line: int, name: str, field: str, settings: dict, strict_utf8: bool,
+                      skip_bad: bool) -> PartialCounts:
+    """The counting unit of whole JSON Lines lines: each record's ``field`` one document."""
+    from .documents import jsonl_documents
+
+    return _count_documents(jsonl_documents(data, first_line, name, field, strict_utf8, skip_bad), settings)
+
+
+def count_parquet_group(path: str, group: int, first_row: int, column: str, settings: dict, strict_utf8: bool,
+                        skip_bad: bool) -> PartialCounts:
+    """The counting unit of one Parquet row group: each row's ``column`` one document."""
+    from .documents import parquet_documents
+
+    return _count_documents(parquet_documents(path, group, first_row, column, strict_utf8, skip_bad), settings)
+
+
 def plan_ranges(path: str, start: int, end: int, settings: dict, target: int = RANGE_BYTES) -> List[Tuple[int, int]]:
     """Cuts ``[start, end)`` of ``path`` into ranges of about ``target`` bytes at safe points."""
     pre = pretokenizer_of(settings)
@@ -375,6 +437,7 @@ class CountSummary:
     seconds: float = 0.0
     workers: int = 1
     skipped: List[str] = field(default_factory=list)
+    skipped_records: int = 0  # bad records skipped (--skip-bad-records)
 
     @property
     def mb_per_s(self) -> float:
@@ -385,6 +448,8 @@ class CountSummary:
             f"counted {self.bytes:,} bytes, {self.documents:,} documents, {self.pretokens:,} pretokens, "
             f"{self.new_unique:,} new unique pretokens in {self.seconds:.2f} s ({self.mb_per_s:.1f} MB/s, "
             f"{self.workers} worker{'s' if self.workers != 1 else ''})"
+            + (f"; skipped {self.skipped_records:,} bad record{'s' if self.skipped_records != 1 else ''}"
+               if self.skipped_records else "")
         )
 
 
@@ -396,6 +461,7 @@ class _Batch:
         self.table = CountTable()  # packed partials, merged natively
         self.totals = {"bytes": 0, "documents": 0, "pretokens": 0, "specials": 0}
         self.sources = {}
+        self.skipped = 0  # bad records (not a store total: said in the summary)
 
     def add(self, partial: PartialCounts) -> None:
         if partial.packed is not None:
@@ -406,7 +472,8 @@ class _Batch:
         self.totals["bytes"] += partial.bytes
         self.totals["pretokens"] += partial.pretokens
         self.totals["specials"] += partial.specials
-        self.totals["documents"] += partial.specials
+        self.totals["documents"] += partial.specials + partial.documents
+        self.skipped += partial.skipped
 
     def take_counts(self) -> dict:
         """Every count of the batch, bytes keys, as ``Store.add_batch`` takes them, taken out (the
@@ -470,6 +537,10 @@ def count_sources(
     on_bytes: Callable[[int], None] = lambda n: None,
     on_message: Callable[[str], None] = lambda m: None,
     on_total: Callable[[Optional[int]], None] = lambda total: None,
+    input_format: str = "auto",
+    field: str = "text",
+    column: str = "text",
+    skip_bad_records: bool = False,
 ) -> CountSummary:
     """Counts ``sources`` into ``store`` (whose settings must equal ``settings``).  Progress:
     ``on_total`` gets the bytes there are to count once the files are planned (skipped files
@@ -478,6 +549,11 @@ def count_sources(
     done with a file the store has seen before (skip, resume, count on after it grew, refuse)
     and the claims that keep two counts from counting one file: :mod:`bpe_stream.sources`."""
     store.check_settings(settings)  # recorded with the first batch: a failed first run leaves none
+    from .documents import count_pieces, with_form
+
+    # Compressed, JSON Lines and Parquet inputs (``documents``): their form found (and checked
+    # against their first bytes) before anything is counted.
+    sources = [s if s.form is not None else with_form(s, input_format, field, column) for s in sources]
     summary = CountSummary(workers=workers)
     started = time.monotonic()
     batch = _Batch()
@@ -508,8 +584,12 @@ def count_sources(
         finished.clear()
         for key in ("bytes", "documents", "pretokens"):
             setattr(summary, key, getattr(summary, key) + current.totals[key])
+        summary.skipped_records += current.skipped
 
     def take(meta, partial: PartialCounts):
+        if meta[0] is _DOCUMENTS:
+            take_document(meta, partial)
+            return
         plan, start, end, last = meta
         if plan is not None:
             counted = feed(plan.source.name, start, end, plan.digest)[0]
@@ -530,13 +610,42 @@ def count_sources(
         if batch.estimated_bytes() >= flush_at:
             flush()
 
+    def take_document(meta, partial: PartialCounts):
+        _, plan, form, end, last, raw, hasher = meta
+        batch.add(partial)
+        on_bytes(raw)
+        if last and form.records == "text" and end > 0:
+            batch.totals["documents"] += 1  # the decompressed text: one document (none if empty, as a plain file)
+        if plan is not None:
+            batch.sources[plan.source.key] = plan.record_document(end, last, hasher.digest() if last else None)
+            if last:
+                finished.append(plan.source)
+        if batch.estimated_bytes() >= flush_at:
+            flush()
+
+    def count_document_source(source: Source, plan: Optional[FilePlan]):
+        """Pieces of a compressed, JSON Lines or Parquet input, cut by this process, counted by
+        the workers; each piece's end (uncompressed offset, or row groups) is its commit point."""
+        hasher = range_hasher()
+        raw_before = 0
+        start = plan.start if plan is not None else 0
+        pieces = count_pieces(source, source.form, start, settings, strict_utf8, skip_bad_records, range_bytes, hasher)
+        for piece in pieces:
+            meta = (_DOCUMENTS, plan, source.form, piece.end, piece.last, piece.raw - raw_before, hasher)
+            raw_before = piece.raw
+            for result in runner.submit(piece.fn, piece.args, meta):
+                take(*result)
+
     if runner is None:
         # A pool costs more than it saves on input that is a single range.
-        small = all(not s.is_stdin for s in sources) and sum(s.size for s in sources) <= range_bytes
+        small = all(not s.is_stdin and s.form is None for s in sources) and sum(s.size for s in sources) <= range_bytes
         runner = LocalRunner(1 if small else workers)
     summary.workers = getattr(runner, "workers", workers)
     try:
         for source in sources:
+            if source.is_stdin and source.form is not None:
+                count_document_source(source, None)
+                continue
             if source.is_stdin:
                 for meta, partial in _count_stdin(source, settings, runner, strict_utf8, chunk_bytes, range_bytes):
                     take(meta, partial)
@@ -549,6 +658,11 @@ def count_sources(
             if plan.skip is not None:
                 summary.skipped.append(source.name)
                 on_message(plan.skip)
+                continue
+            if source.form is not None:
+                if plan.message:
+                    on_message(plan.message)
+                count_document_source(source, plan)
                 continue
             plan.begin()
             if plan.take_back is not None:
@@ -571,8 +685,17 @@ def count_sources(
     return summary
 
 
+_DOCUMENTS = object()  # marks the meta of a piece of a document source (``count_document_source``)
+
+
 def _bytes_to_count(plan: FilePlan) -> int:
-    return 0 if plan.skip is not None else max(plan.source.size - plan.start, 0)
+    """Bytes of the file to read (the bar's total): a compressed or structured file is read
+    whole again when resumed (its committed offset is in the uncompressed text)."""
+    if plan.skip is not None:
+        return 0
+    if plan.source.form is not None:
+        return plan.source.size
+    return max(plan.source.size - plan.start, 0)
 
 
 def _claimed_plan(store: Store, claims: Claims, plan: FilePlan, settings: dict, recount: bool) -> FilePlan:

@@ -22,7 +22,7 @@ depend on the number of workers, the piece size or the read size.
 from __future__ import annotations
 
 from array import array
-from typing import BinaryIO, Iterator, List, Optional, Tuple
+from typing import BinaryIO, Callable, Iterator, List, Optional, Sequence, Tuple
 
 from .ids_io import check_format, format_ids
 from .pretokenize import StreamSplitter, find_byte_cut, last_piece_byte_cut, splittable
@@ -174,9 +174,11 @@ class ParallelEncoder:
         if tok.doc_end_id is not None:
             yield [tok.doc_end_id]
 
-    def write(self, out: BinaryIO, stream: BinaryIO, fmt: str, chunk_bytes: int = CHUNK_BYTES, strict: bool = False) -> int:
+    def write(self, out: BinaryIO, stream: BinaryIO, fmt: str, chunk_bytes: int = CHUNK_BYTES, strict: bool = False,
+              append: Sequence[int] = ()) -> int:
         """Writes the ids of one document (a binary stream) to ``out`` in ``fmt``: exactly
-        the bytes of ``ids_io.write_ids`` over ``encode_stream``.  Returns the number of ids."""
+        the bytes of ``ids_io.write_ids`` over ``encode_stream``, then the ids ``append``
+        (``--append-special``: after the document's end symbol, if any).  Returns the number of ids."""
         tok = self.tok
         max_id = tok._max_id
         check_format(fmt, max_id)
@@ -198,7 +200,47 @@ class ParallelEncoder:
             if txt and sep:
                 out.write(sep)
             out.write(format_ids(array("I", [tok.doc_end_id]).tobytes(), fmt, max_id))
-            written += 1
+            written, sep = written + 1, b" "
+        if append:
+            if txt and sep:
+                out.write(sep)
+            out.write(format_ids(array("I", append).tobytes(), fmt, max_id))
+            written += len(append)
         if txt:
             out.write(b"\n")
         return written
+
+
+def encode_sources(encoder: ParallelEncoder, out: BinaryIO, sources, fmt: str, *, strict: bool = False,
+                   append: Sequence[int] = (), skip_bad: bool = False,
+                   on_bytes: Callable[[int], None] = lambda n: None) -> Tuple[int, int, int]:
+    """Encodes each document of ``sources`` (``reader.Source``; a plain file is one document,
+    a compressed file its decompressed text, a JSON Lines or Parquet file one document per
+    record, see ``documents``) to ``out``: one line per document in ``txt``, the ids in order
+    in ``u16``/``u32``, each document followed by ``append``.  ``on_bytes``: the input bytes
+    read (compressed bytes for a compressed file).  Returns (ids, documents, bad records skipped, the documents' bytes)."""
+    from .documents import iter_documents
+    from .progress import CountingReader
+
+    tokens = documents = text_bytes = 0
+    skipped: List[int] = []
+    for source in sources:
+        if source.form is None:
+            with source.reading() as stream:
+                doc = CountingReader(stream, on_bytes)
+                tokens += encoder.write(out, doc, fmt, strict=strict, append=append)
+            documents, text_bytes = documents + 1, text_bytes + doc.bytes
+            continue
+        for stream in iter_documents(source, source.form, strict, skip_bad, on_bytes, skipped):
+            doc = CountingReader(stream, lambda n: None)
+            tokens += encoder.write(out, doc, fmt, strict=strict, append=append)
+            documents, text_bytes = documents + 1, text_bytes + doc.bytes
+    return tokens, documents, len(skipped), text_bytes
+
+
+def special_id(tok: Tokenizer, text: str) -> int:
+    """The id of the special token ``text`` of ``tok`` (``--append-special``), or ValueError."""
+    if text not in tok.special_ids:
+        known = ", ".join(repr(t) for t in tok.special_ids) or "none"
+        raise ValueError(f"--append-special {text!r} is not a special token of this tokenizer (its special tokens: {known})")
+    return tok.special_ids[text]

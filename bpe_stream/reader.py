@@ -14,8 +14,8 @@ from contextlib import contextmanager
 import os
 import stat
 import sys
-from dataclasses import dataclass
-from typing import BinaryIO, Iterator, Tuple
+from dataclasses import dataclass, field
+from typing import BinaryIO, Iterator, Optional, Tuple
 
 from .errors import UserError
 
@@ -47,6 +47,9 @@ class Source:
     stream: bool = False  # a pipe or device named by path: /dev/stdin, <(zcat f.gz)
     dev: int = 0  # with ino: the same file under any name (a hard link, ./f and $PWD/f)
     ino: int = 0
+    # How it is read when not as plain bytes: a ``documents.InputForm`` (compressed, JSON
+    # Lines, Parquet), set by ``documents.with_form``; None: bytes as they are, one document.
+    form: Optional[object] = field(default=None, compare=False)
 
     @property
     def is_stdin(self) -> bool:

@@ -261,6 +261,15 @@ class FilePlan:
             self.digest = self.record = None
         return record
 
+    def record_document(self, end: int, done: bool, digest: Optional[bytes]) -> dict:
+        """The record of a file read as documents (``Source.form``) once its counts reach
+        ``end`` (uncompressed offset, or row groups); ``digest``: of the whole file's bytes,
+        known once it was read to its end."""
+        record = dict(self.source.identity(), offset=end, done=done, form=self.source.form.label)
+        if done and digest is not None:
+            record["digest"] = digest
+        return record
+
     def settle(self, store: Store) -> None:
         """Writes what the plan changes before counting: a record moved to the file's own path
         (a hard link, a moved file), or brought up to date (only its time changed)."""
@@ -295,6 +304,11 @@ def _decide(source: Source, key: Optional[bytes], record: Optional[dict], settin
     if record is None or recount:
         return plan
     name, size = source.name, source.size
+    if record.get("form") is not None:
+        raise Refused(
+            f"{name} was counted into this store read as {record['form']}, and now it would be read as plain "
+            "text; pass --recount to count it again on top of its old counts, or count it into a new store"
+        )
     offset, done = record.get("offset", 0), bool(record.get("done"))
     same = (key == source.key and record.get("size") == size and record.get("mtime_ns") == source.mtime_ns
             and record.get("ino", source.ino) == source.ino and record.get("dev", source.dev) == source.dev)
@@ -332,6 +346,61 @@ def _decide(source: Source, key: Optional[bytes], record: Optional[dict], settin
     return plan
 
 
+def whole_digest(path: str) -> bytes:
+    """BLAKE2b of all of a file's bytes: the identity of a file read as documents (a compressed
+    file cannot be resumed by its prefix's digest: a prefix of the compressed bytes is not a
+    prefix of the text)."""
+    hasher = range_hasher()
+    with open(path, "rb") as f:
+        while True:
+            block = f.read(_READ)
+            if not block:
+                return hasher.digest()
+            hasher.update(block)
+
+
+def _decide_document(source: Source, key: Optional[bytes], record: Optional[dict], recount: bool) -> FilePlan:
+    """:func:`_decide` for a file read as documents (compressed, JSON Lines, Parquet): such a
+    file is one whole, judged by the digest of all its bytes.  Unchanged: skipped when counted
+    to its end, else resumed at the committed offset of its *uncompressed* text (or row group);
+    the same bytes after a ``touch`` or a move: skipped; anything else, growth included:
+    refused, naming ``--recount``.  A file counted before in another form is refused too."""
+    plan = FilePlan(source, record, key)
+    if record is None or recount:
+        return plan
+    name, label = source.name, source.form.label
+    if record.get("form") != label:
+        was = record.get("form") or "plain text"
+        raise Refused(
+            f"{name} was counted into this store read as {was}, and now it would be read as {label}; "
+            "pass --recount to count it again on top of its old counts, or count it into a new store"
+        )
+    offset, done = record.get("offset", 0), bool(record.get("done"))
+    same = (key == source.key and record.get("size") == source.size and record.get("mtime_ns") == source.mtime_ns
+            and record.get("ino", source.ino) == source.ino and record.get("dev", source.dev) == source.dev)
+    if same and done:
+        plan.skip = f"skipped {name}: already counted (use --recount to count it again)"
+        plan.record = None
+        return plan
+    if same:
+        plan.start = offset
+        if offset:
+            where = f"row group {offset:,}" if source.form.records == "parquet" else f"uncompressed byte {offset:,}"
+            plan.message = f"resuming {name} at {where}" + (
+                " (decompressing it from its start up to there)" if source.form.compression else "")
+        return plan
+    if done and record.get("size") == source.size and isinstance(record.get("digest"), bytes) \
+            and whole_digest(name) == record["digest"]:
+        plan.skip = f"skipped {name}: already counted (its content is unchanged)"
+        plan.refresh = True
+        return plan
+    raise Refused(
+        f"{name} changed since it was counted into this store ({label} files are counted whole: growth "
+        "cannot be told from an edit); pass --recount to count it again on top of its old counts, or count "
+        "it into a new store"
+    )
+
+
 def _resume_digest(source: Source, record: dict, offset: int) -> PrefixDigest:
     """The digest at ``offset`` of a file resumed unchanged: from the record's block boundary
     (hashing at most one block), or from byte 0 for a record without one."""
@@ -360,6 +429,9 @@ def _same_file(source: Source, key: bytes, record: dict) -> bool:
             return True
     except OSError:
         pass
+    if record.get("form") is not None:  # read as documents: identified by all its bytes
+        return (bool(record.get("done")) and record.get("size") == source.size
+                and isinstance(record.get("digest"), bytes) and whole_digest(source.name) == record["digest"])
     offset = record.get("offset", 0)
     if not isinstance(record.get("digest"), bytes) or offset > source.size:
         return False
@@ -388,5 +460,8 @@ def plan_files(store: Store, sources: List[Source], settings: dict, recount: boo
                 if candidate is not None and _same_file(source, other, candidate):
                     key, record = other, candidate
                     break
-        plans.append(_decide(source, key if record is not None else None, record, settings, recount))
+        if source.form is not None:
+            plans.append(_decide_document(source, key if record is not None else None, record, recount))
+        else:
+            plans.append(_decide(source, key if record is not None else None, record, settings, recount))
     return plans
