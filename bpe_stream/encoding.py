@@ -28,7 +28,7 @@ from .ids_io import check_format, format_ids
 from .pretokenize import StreamSplitter, find_byte_cut, last_piece_byte_cut, splittable
 from .reader import CHUNK_BYTES, InputError, decode_chunks, to_bytes
 from .scan import first_invalid_utf8
-from .tokenizer import Tokenizer
+from .tokenizer import Tokenizer, TokenizerError
 
 PIECE_CHARS = 1 << 20  # bytes (or characters) encoded at a time, by one worker: ~100 tasks per 100 MB
 _IDS = "ids"  # a "format" for encode_stream: native uint32 bytes, made into lists by the parent
@@ -242,5 +242,5 @@ def special_id(tok: Tokenizer, text: str) -> int:
     """The id of the special token ``text`` of ``tok`` (``--append-special``), or ValueError."""
     if text not in tok.special_ids:
         known = ", ".join(repr(t) for t in tok.special_ids) or "none"
-        raise ValueError(f"--append-special {text!r} is not a special token of this tokenizer (its special tokens: {known})")
+        raise TokenizerError(f"--append-special {text!r} is not a special token of this tokenizer (its special tokens: {known})")
     return tok.special_ids[text]
