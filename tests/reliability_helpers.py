@@ -35,6 +35,7 @@ EOT = "<|endoftext|>"
 # ../shared/spec/bpe.md, character for character
 GPT2_PATTERN = r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
 _GPT2 = regex.compile(GPT2_PATTERN)
+DEFAULT_MAX_TOKEN_BYTES = 65536  # count's --max-token-bytes in a new store (README), spelt out: an oracle
 
 SEAMS = REPO / "tests" / "seams.py"  # the CLI with test seams and knobs (see its docstring)
 # Seconds after which a wait gives up: a guard against a hang, never a measure of speed (the
@@ -228,8 +229,26 @@ def oracle(texts: Iterable[bytes], specials: Sequence[str] = (EOT,)) -> tuple[Co
         pieces = text.split(specials[0]) if specials else [text]
         n_special += len(pieces) - 1
         for piece in pieces:
-            counts.update(p.encode("utf-8", "surrogateescape") for p in _GPT2.findall(piece))
+            for p in _GPT2.findall(piece):
+                counts.update(capped(p.encode("utf-8", "surrogateescape")))
     return counts, n_special
+
+
+def capped(pretoken: bytes, cap: int = DEFAULT_MAX_TOKEN_BYTES) -> list:
+    """The pieces ``count`` stores for ``pretoken`` under ``--max-token-bytes cap`` (the
+    default of a new store): longer than ``cap``, cut greedily at whole characters."""
+    out = []
+    while len(pretoken) > cap:
+        used = 0
+        for ch in pretoken.decode("utf-8", "surrogateescape"):
+            width = len(ch.encode("utf-8", "surrogateescape"))
+            if used + width > cap:
+                break
+            used += width
+        out.append(pretoken[:used])
+        pretoken = pretoken[used:]
+    out.append(pretoken)
+    return out
 
 
 class PrefixOracle:
