@@ -353,25 +353,21 @@ def _count_documents(docs, settings: dict) -> PartialCounts:
     """Counts each document of ``docs`` ((bytes or None for a skipped record, number)) on its
     own: no pretoken spans two documents, as if each were a file."""
     partial = PartialCounts()
-    if native_countable(settings):
-        table = CountTable()
-        for doc, _ in docs:
-            if doc is None:
-                partial.skipped += 1
-                continue
-            partial.documents += 1
-            partial.bytes += len(doc)
-            count_bytes(doc, settings, partial, table)
-        partial.packed = table.pack()
-        return partial
+    table = CountTable() if native_countable(settings) else None
     for doc, _ in docs:
         if doc is None:
             partial.skipped += 1
             continue
         partial.documents += 1
         partial.bytes += len(doc)
-        DocumentCounter(settings, partial).feed(from_bytes(doc), final=True)
-    return partial.to_bytes_keys()
+        if table is not None:
+            count_bytes(doc, settings, partial, table)
+        else:
+            DocumentCounter(settings, partial).feed(from_bytes(doc), final=True)
+    if table is None:
+        return partial.to_bytes_keys()
+    partial.packed = table.pack()
+    return partial
 
 
 def count_jsonl_piece(data: bytes, first_line: int, name: str, field: str, settings: dict, strict_utf8: bool,
