@@ -115,6 +115,8 @@ def resolve_settings(given: dict, recorded: Optional[dict] = None) -> dict:
     in a new store), checked (:func:`make_settings`).  ``max_token_bytes``: a new store gets
     the default cap; one recorded without the setting (older) has none."""
     merged = {k: (recorded.get(k) if v is None and recorded is not None else v) for k, v in given.items()}
+    if "max_token_bytes" not in given and recorded is not None:  # a caller that does not name it
+        merged["max_token_bytes"] = recorded.get("max_token_bytes")
     cap = merged.get("max_token_bytes")
     return make_settings(
         "gpt2" if merged["pretokenizer"] is None else merged["pretokenizer"],

@@ -558,5 +558,12 @@ def test_resolve_settings_takes_the_recorded_ones_for_what_is_not_given():
     assert resolve_settings(nothing, recorded) == recorded
     given = dict(nothing, pretokenizer="whitespace")
     assert resolve_settings(given, recorded) == make_settings("whitespace", ["<s>"], "</w>")
+    # the cap: the store's when not given, none in a store recorded without one, the default in a new one
+    with_cap = dict(nothing, max_token_bytes=None)
+    assert resolve_settings(with_cap, recorded)["max_token_bytes"] == 65536
+    uncapped = make_settings("gpt2", [], None, None)
+    assert "max_token_bytes" not in resolve_settings(with_cap, uncapped)
+    assert resolve_settings(with_cap)["max_token_bytes"] == 65536
+    assert resolve_settings(dict(nothing, max_token_bytes=128), recorded)["max_token_bytes"] == 128
     with pytest.raises(ValueError):
         resolve_settings(dict(nothing, pretokenizer=""))  # checked, as make_settings checks
