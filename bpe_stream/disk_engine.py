@@ -28,6 +28,7 @@ import errno
 import os
 import shutil
 import sys
+from contextlib import contextmanager
 from typing import List, Sequence, Tuple
 
 from .memory_engines import CEngine
@@ -39,15 +40,6 @@ _DISK_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
 
 class ScratchError(StoreError):
     """The scratch file of the disk path cannot be written (a full disk, most often)."""
-
-
-def mapped_file_bytes():
-    """This process's resident file-backed pages (Linux ``statm`` "shared"), or None."""
-    try:
-        with open("/proc/self/statm") as f:
-            return int(f.read().split()[2]) * os.sysconf("SC_PAGE_SIZE")
-    except (OSError, ValueError, IndexError):  # pragma: no cover - not Linux
-        return None
 
 
 def _scratch_error(directory: str, exc: OSError) -> ScratchError:
@@ -75,32 +67,26 @@ class DiskEngine(CEngine):
             self._remove()
             raise _scratch_error(scratch_dir, exc) from None
 
-    def _disk(self, exc: OSError) -> ScratchError:
-        self.close()
-        return _scratch_error(self.directory, exc)
+    @contextmanager
+    def _disk_failures(self):
+        """An OSError of the scratch file (a full disk) as one ScratchError, the engine closed."""
+        try:
+            yield
+        except OSError as exc:
+            self.close()
+            raise _scratch_error(self.directory, exc) from None
 
     def load(self, words: Words) -> None:
-        try:
+        with self._disk_failures():
             super().load(words)
-        except OSError as exc:
-            raise self._disk(exc) from None
 
     def merge_given(self, pairs: Sequence[Tuple[int, int]]) -> List[int]:
-        try:
+        with self._disk_failures():
             return super().merge_given(pairs)
-        except OSError as exc:
-            raise self._disk(exc) from None
 
     def merge_best(self, n: int, min_count: int) -> List[Merge]:
-        try:
+        with self._disk_failures():
             return super().merge_best(n, min_count)
-        except OSError as exc:
-            raise self._disk(exc) from None
-
-    def memory(self) -> dict:
-        stats = super().memory()
-        stats["mapped_bytes"] = mapped_file_bytes()
-        return stats
 
     def close(self) -> None:
         if self.loop is not None and os.environ.get("BPE_STREAM_DEBUG"):

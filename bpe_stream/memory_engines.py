@@ -162,7 +162,6 @@ class CEngine:
         if _fastbpe is None:
             raise TrainError("the C trainer is not built here; use engine='python'")
         self.marker_id = marker_id
-        self.loop = None
         self.loop = _fastbpe.MergeLoop(tokens=list(tokens), tie_break=tie_break, scratch_dir=scratch_dir)
 
     @_too_large()

@@ -96,7 +96,7 @@ class TrainPlan:
     unique: int  # distinct pretokens trained on ...
     symbols: int  # ... and their symbols
     memory_estimate: int  # bytes the in-memory engine needs
-    index_estimate: int  # bytes of anonymous memory the disk path needs (its tables are in a scratch file)
+    disk_estimate: int  # bytes of anonymous memory the disk path needs (its tables are in a scratch file)
     messages: Tuple[str, ...]  # what the run says on stderr before it starts, in order
 
 
@@ -161,19 +161,19 @@ def plan_training(
         f"({unique:,} distinct pretokens, {symbols:,} symbols; {reason})"
     )
     wide = config.end_of_word is not None or extension is not None
-    index_need = estimate_disk_train_memory(unique, symbols, wide)
+    disk_need = estimate_disk_train_memory(unique, symbols, wide)
     if path == "disk":
         messages.append(
             f"the tables go to a scratch file beside the store (about {estimate_scratch_bytes(unique, symbols) / 1e6:,.0f} "
-            f"MB of disk, mapped: page cache, not part of the budget); in memory about {index_need / 1e6:,.0f} MB"
+            f"MB of disk, mapped: page cache, not part of the budget); in memory about {disk_need / 1e6:,.0f} MB"
         )
-        if index_need > budget:
+        if disk_need > budget:
             # Below the interpreter and the words on their way in nothing can go: say what
             # would hold, and train anyway (the same exact merges).
             messages.append(
-                f"note: even on disk, training needs about {index_need / 1e6:,.0f} MB of memory (the interpreter, the "
+                f"note: even on disk, training needs about {disk_need / 1e6:,.0f} MB of memory (the interpreter, the "
                 f"words on their way to the scratch file), over the budget of {budget / 1e6:,.0f} MB; the smallest "
-                f"budget that holds it is --max-memory {-(-index_need // (1 << 20))}M (training goes on, exact)"
+                f"budget that holds it is --max-memory {-(-disk_need // (1 << 20))}M (training goes on, exact)"
             )
     if store.readonly:
         messages.append(f"the store at {store.path} cannot be written here: training without checkpoints "
@@ -181,7 +181,7 @@ def plan_training(
     return TrainPlan(
         config=config, settings=settings, limit=limit, fingerprint=fingerprint, forced=tuple(forced),
         extension=extension, resumed=resumed, path=path, reason=reason, engine=engine, budget=budget, unique=unique, symbols=symbols,
-        memory_estimate=need, index_estimate=index_need, messages=tuple(messages),
+        memory_estimate=need, disk_estimate=disk_need, messages=tuple(messages),
     )
 
 

@@ -39,7 +39,7 @@ typedef struct {
 struct FileArena {
     int fd;
     uint8_t *base;
-    uint64_t reserve, top, file_bytes, punched, peak_file, in_use;
+    uint64_t reserve, top, file_bytes, punched, peak_file;
     uint64_t small_free[SMALL_MAX_SHIFT + 1]; /* offset + 1 of the first free block, per class */
     uint64_t *big_free;                       /* offsets of free large blocks */
     uint32_t n_big_free;
@@ -108,7 +108,6 @@ void file_arena_close(FileArena *a) {
 }
 
 void file_arena_stats(const FileArena *a, FileArenaStats *out) {
-    out->in_use = a->in_use;
     out->file = a->file_bytes - a->punched;
     out->peak_file = a->peak_file;
 }
@@ -180,14 +179,12 @@ static void *arena_alloc(FileArena *a, size_t n) {
     Header *h = (Header *)(a->base + off);
     h->size = need;
     h->next = 0;
-    a->in_use += need;
     return a->base + off + HEADER;
 }
 
 static void arena_free(FileArena *a, void *p) {
     uint64_t off = (uint64_t)((uint8_t *)p - a->base) - HEADER;
     Header *h = (Header *)(a->base + off);
-    a->in_use -= h->size;
     if (h->size <= SMALL_MAX) {
         unsigned k = small_class(h->size);
         h->next = a->small_free[k];

@@ -29,7 +29,6 @@ FileArena *file_arena_open(const char *dir, uint64_t reserve);
 void file_arena_close(FileArena *a);
 
 typedef struct {
-    uint64_t in_use;    /* bytes of live blocks, headers included */
     uint64_t file;      /* bytes the scratch file holds on disk (allocated extents) */
     uint64_t peak_file; /* the most it held */
 } FileArenaStats;
