@@ -215,3 +215,26 @@ def test_c_encoder_equals_python_encoder(text, seed, pre, eow):
     assert tok.encode(text) == fast
     if eow is None:  # lossless pretokenizers without a marker round-trip byte for byte
         assert tok.decode_bytes(fast) == text.encode("utf-8", "surrogateescape")
+
+
+def test_disk_engine_trains_under_an_address_space_limit(tmp_path):
+    """With ``ulimit -v`` below the arena's 1 TiB reservation the arena reserves less (halving
+    down to 1 GiB) and the disk path gives the in-memory merges; without that it cannot start."""
+    import resource
+    import sys
+
+    code = (
+        "import resource, sys\n"
+        "resource.setrlimit(resource.RLIMIT_AS, (6 << 30, 6 << 30))\n"
+        "from bpe_stream.disk_engine import train_on_disk\n"
+        "words = [(b'abababcab', 5), (b'cabbage', 3), (b'abc', 2)]\n"
+        "done = train_on_disk(words, [bytes([i]) for i in range(256)], None, 'max-bytes', 6, 1, [], sys.argv[1])\n"
+        "print([(a, b, c) for a, b, c in done])\n"
+    )
+    hard = resource.getrlimit(resource.RLIMIT_AS)[1]
+    if hard != resource.RLIM_INFINITY and hard < 6 << 30:
+        pytest.skip("the address space is limited below 6 GiB already")
+    res = subprocess.run([sys.executable, "-c", code, str(tmp_path / "scratch")], capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+    memory = train({b"abababcab": 5, b"cabbage": 3, b"abc": 2}, "c", num_merges=6)
+    assert res.stdout.strip() == str([(a, b, c) for (a, b), c in zip(memory.merges, memory.merge_counts)])
