@@ -3,9 +3,10 @@
 The counting unit is engine-independent: :func:`count_range` turns a byte range of a file
 (cut at a safe point, see ``pretokenize.find_byte_cut``) and the counting settings into
 partial counts, and :func:`count_text` does the same for a piece of text.  The local
-pipeline (:func:`count_sources`) plans the ranges, runs the unit in worker processes
-(``--workers``) and merges the partial counts in order into an in-memory batch; stdin,
-which cannot be split ahead, is cut by the parent (``StreamSplitter``) and the
+pipeline (:func:`count_sources`) plans the ranges (``streaming.file_ranges``), runs the unit
+in worker processes (``--workers``) or on Dask, a bounded window of tasks in flight
+(``streaming.Window``), and merges the partial counts in order into an in-memory batch;
+stdin, which cannot be split ahead, is cut by the parent (``streaming.text_pieces``) and the
 pieces are pretokenized by the workers.  Every result is the same for any number of
 workers and any range size: ranges and pieces end only where the pretokens of the parts
 equal the pretokens of the whole.
@@ -57,14 +58,12 @@ from .pretokenize import (
     StreamSplitter,
     check_end_of_word,
     fast_split,
-    find_byte_cut,
-    last_piece_byte_cut,
-    splittable,
 )
 from .reader import CHUNK_BYTES, InputError, Source, decode_chunks, from_bytes, invalid_utf8_message, to_bytes
 from .scan import NATIVE_PATTERNS, first_invalid_utf8
 from .sources import Claims, FilePlan, feed, plan_files, range_hasher
 from .store import Store, StoreError
+from .streaming import Window, file_ranges, text_pieces
 
 # Bytes one counter entry costs in CPython (a str key, a dict slot, an int), rounded up
 # from a measurement (performance notes above).
@@ -77,7 +76,6 @@ COUNTER_SHARE = 0.35
 WORKER_BYTES = 96 << 20
 DEFAULT_MAX_MEMORY = 1 << 30
 RANGE_BYTES = 8 << 20  # one task of a worker
-_CUT_WINDOW = 1 << 16
 
 
 def make_settings(pretokenizer: str = "gpt2", special_tokens: Iterable[str] = (), end_of_word: Optional[str] = None,
@@ -289,7 +287,7 @@ class _Limited:
 def count_range(path: str, start: int, end: int, settings: dict, strict_utf8: bool = False,
                 chunk_bytes: int = CHUNK_BYTES, bytes_keys: bool = False, packed: bool = False) -> PartialCounts:
     """The counting unit: partial counts of bytes ``[start, end)`` of ``path``.  ``start`` and
-    ``end`` must be safe cuts (0, the file's end, or from :func:`plan_ranges`).  With
+    ``end`` must be safe cuts (0, the file's end, or from ``streaming.file_ranges``).  With
     ``bytes_keys`` the counter is keyed by bytes (:meth:`PartialCounts.to_bytes_keys`); with
     ``packed`` (and a pretokenizer that :func:`native_countable` allows) the counts are
     ``PartialCounts.packed`` instead, the form a worker hands its parent."""
@@ -381,49 +379,12 @@ def count_jsonl_piece(data: bytes, first_line: int, name: str, field: str, setti
 
 
 def count_parquet_group(path: str, group: int, first_row: int, column: str, settings: dict, strict_utf8: bool,
-                        skip_bad: bool) -> PartialCounts:
-    """The counting unit of one Parquet row group: each row's ``column`` one document."""
+                        skip_bad: bool, name: Optional[str] = None) -> PartialCounts:
+    """The counting unit of one Parquet row group: each row's ``column`` one document
+    (``name``: the file as messages call it, ``path`` by default)."""
     from .documents import parquet_documents
 
-    return _count_documents(parquet_documents(path, group, first_row, column, strict_utf8, skip_bad), settings)
-
-
-def plan_ranges(path: str, start: int, end: int, settings: dict, target: int = RANGE_BYTES) -> List[Tuple[int, int]]:
-    """Cuts ``[start, end)`` of ``path`` into ranges of about ``target`` bytes at safe points."""
-    pre = pretokenizer_of(settings)
-    if not splittable(pre) or end - start <= target:
-        return [(start, end)]
-    specials = [s.encode("utf-8") for s in settings["special_tokens"]]
-    # Look back far enough to see a special token (or a character) that straddles a cut.
-    back = max([4] + [len(x) for x in specials])
-    cuts = [start]
-    pos = start + target
-    tried = -1
-    with open(path, "rb") as f:
-        while pos < end - 4:
-            lo = max(start, pos - back)
-            f.seek(lo)
-            window = f.read(min(_CUT_WINDOW, end - lo))
-            cut = find_byte_cut(window, pos - lo, pre, specials)
-            if cut < 0 and pre.max_bytes and tried != cuts[-1]:
-                # A run with no cut (10 MB of CJK): a piece boundary of its pretoken, found from
-                # the last cut (the pretoken's start must be known), so a range stays bounded
-                # (tried once per range: the read is a range long).
-                tried = cuts[-1]
-                f.seek(cuts[-1])
-                head = f.read(min(end, pos + _CUT_WINDOW) - cuts[-1])
-                piece = last_piece_byte_cut(head, pre, specials)
-                del head
-                if piece >= pos - cuts[-1]:
-                    cut = cuts[-1] + piece - lo
-            if cut < 0:
-                pos = lo + max(pos - lo + 1, len(window) - back)  # keep the tail: a special may straddle it
-                continue
-            cut += lo
-            cuts.append(cut)
-            pos = cut + target
-    cuts.append(end)
-    return [(a, b) for a, b in zip(cuts, cuts[1:]) if b > a]
+    return _count_documents(parquet_documents(path, group, first_row, column, strict_utf8, skip_bad, name), settings)
 
 
 @dataclass
@@ -631,7 +592,7 @@ def count_sources(
         for piece in pieces:
             meta = (_DOCUMENTS, plan, source.form, piece.end, piece.last, piece.raw - raw_before, hasher)
             raw_before = piece.raw
-            for result in runner.submit(piece.fn, piece.args, meta):
+            for result in window.submit(piece.fn, piece.args, meta):
                 take(*result)
 
     if runner is None:
@@ -639,13 +600,14 @@ def count_sources(
         small = all(not s.is_stdin and s.form is None for s in sources) and sum(s.size for s in sources) <= range_bytes
         runner = LocalRunner(1 if small else workers)
     summary.workers = getattr(runner, "workers", workers)
+    window = Window(runner)
     try:
         for source in sources:
             if source.is_stdin and source.form is not None:
                 count_document_source(source, None)
                 continue
             if source.is_stdin:
-                for meta, partial in _count_stdin(source, settings, runner, strict_utf8, chunk_bytes, range_bytes):
+                for meta, partial in _count_stdin(source, settings, window, strict_utf8, chunk_bytes, range_bytes):
                     take(meta, partial)
                 continue
             planned = plan_of[id(source)]
@@ -668,15 +630,18 @@ def count_sources(
                 _take_back(store, plan, settings)
             if plan.message:
                 on_message(plan.message)
-            ranges = plan_ranges(source.name, plan.start, source.size, settings, range_bytes)
+            specials = [t.encode("utf-8") for t in settings["special_tokens"]]
+            ranges = file_ranges(source.name, plan.start, source.size, pretokenizer_of(settings), specials, range_bytes)
+            path = os.path.abspath(source.name)  # a worker may run elsewhere (Dask), in another directory
             for i, (a, b) in enumerate(ranges):
-                args = (source.name, a, b, settings, strict_utf8, chunk_bytes, True, True)
-                for meta, partial in runner.submit(count_range, args, (plan, a, b, i == len(ranges) - 1)):
+                args = (path, a, b, settings, strict_utf8, chunk_bytes, True, True)
+                for meta, partial in window.submit(count_range, args, (plan, a, b, i == len(ranges) - 1)):
                     take(meta, partial)
-        for meta, partial in runner.drain():
+        for meta, partial in window.drain():
             take(meta, partial)
         flush()
     finally:
+        window.discard()
         runner.close()
         claims.close()
     summary.seconds = time.monotonic() - started
@@ -733,31 +698,17 @@ def _take_back(store: Store, plan: FilePlan, settings: dict) -> None:
     store.remap()
 
 
-def _count_stdin(source: Source, settings: dict, runner: LocalRunner, strict_utf8: bool, chunk_bytes: int,
+def _count_stdin(source: Source, settings: dict, window: Window, strict_utf8: bool, chunk_bytes: int,
                  piece_bytes: int) -> Iterable[tuple]:
-    """Cuts stdin into pieces in this process; workers pretokenize and count them."""
+    """Cuts stdin into pieces in this process (``streaming.text_pieces``); workers pretokenize
+    and count them."""
     splitter = StreamSplitter(pretokenizer_of(settings), SpecialSplitter(settings["special_tokens"]))
-    pieces: List[str] = []
-    size = 0
-    specials = PartialCounts()
-
-    def dispatch(last: bool):
-        nonlocal pieces, size, specials
-        args = (settings, pieces, specials.specials, specials.bytes)
-        pieces, size, specials = [], 0, PartialCounts()
-        yield from runner.submit(_count_pieces, args, (None, 0, 0, last))
-
-    for text, _, _, final in decode_chunks(source.open(), chunk_bytes, strict_utf8):
-        for kind, value in splitter.feed(text, final=final):
-            if kind == "special":
-                specials.specials += 1
-                specials.bytes += len(to_bytes(value))
-            else:
-                pieces.append(value)
-                size += len(value)
-        if size >= piece_bytes:
-            yield from dispatch(False)
-    yield from dispatch(True)
+    for items, last in text_pieces(source.open(), splitter, piece_bytes, chunk_bytes, strict_utf8):
+        pieces = [value for kind, value in items if kind == "text"]
+        specials = [value for kind, value in items if kind == "special"]
+        args = (settings, pieces, len(specials), sum(len(to_bytes(s)) for s in specials))
+        del items
+        yield from window.submit(_count_pieces, args, (None, 0, 0, last))
 
 
 def _count_pieces(settings: dict, pieces: List[str], n_specials: int, special_bytes: int) -> PartialCounts:

@@ -9,8 +9,8 @@ counting workers get (:func:`count_pieces`) with the unit that counts each piece
 
 A compressed stream cannot be cut into byte ranges ahead (nothing tells where the compressed
 bytes of an uncompressed offset are), so the parent decompresses each file front to back and
-cuts the uncompressed bytes as it goes: text at safe cuts (``pretokenize.find_byte_cut``, as the
-ranges of a plain file), JSON Lines after a line's newline; the workers count the pieces.  A
+cuts the uncompressed bytes as it goes: text at safe cuts (``streaming.byte_pieces``, as
+``encode`` cuts a document), JSON Lines after a line's newline; the workers count the pieces.  A
 piece's end is an offset in the *uncompressed* stream, and that is what a file's record keeps:
 a resumed count decompresses from the start again and skips up to it.  Parquet files are cut by
 row group instead (the workers read their row groups themselves); the record keeps how many
@@ -34,9 +34,10 @@ import sys
 from dataclasses import dataclass, replace
 from typing import BinaryIO, Callable, Iterator, List, Optional, Tuple
 
-from .pretokenize import Pretokenizer, find_byte_cut, splittable
+from .pretokenize import Pretokenizer
 from .reader import CHUNK_BYTES, STDIN, InputError, Source, from_bytes, invalid_utf8_message
 from .scan import first_invalid_utf8
+from .streaming import byte_pieces
 
 INPUT_FORMATS = ("auto", "text", "jsonl", "parquet")
 COMPRESSIONS = {".gz": "gzip", ".zst": "zstd", ".xz": "xz", ".bz2": "bz2"}
@@ -385,26 +386,28 @@ def parquet_row_groups(path: str) -> List[Tuple[int, int]]:
 
 
 def parquet_documents(path: str, group: int, first_row: int, column: str, strict: bool,
-                      skip_bad: bool) -> Iterator[Tuple[Optional[bytes], int]]:
+                      skip_bad: bool, name: Optional[str] = None) -> Iterator[Tuple[Optional[bytes], int]]:
     """(document bytes, row number from 1) of each row of one row group; a null raises, or with
-    ``skip_bad`` is yielded as (None, row)."""
+    ``skip_bad`` is yielded as (None, row).  ``name``: the file as messages call it (``path``)."""
     pq = require("parquet")
     import pyarrow as pa
+
+    shown = path if name is None else name
 
     try:
         pf = pq.ParquetFile(path)
         if column not in pf.schema_arrow.names:
-            raise InputError(f"{path} has no column {column!r} (its columns: {', '.join(pf.schema_arrow.names)}); "
+            raise InputError(f"{shown} has no column {column!r} (its columns: {', '.join(pf.schema_arrow.names)}); "
                              "pass --column NAME")
         table = pf.read_row_group(group, columns=[column], use_threads=False)
     except InputError:
         raise
     except Exception as exc:
-        raise InputError(f"{path}: row group {group} cannot be read ({exc})") from None
+        raise InputError(f"{shown}: row group {group} cannot be read ({exc})") from None
     col = table.column(0)
     kind = col.type
     if not (pa.types.is_string(kind) or pa.types.is_large_string(kind)):
-        raise InputError(f"{path}: column {column!r} holds {kind}, not strings; pass --column NAME of a text column")
+        raise InputError(f"{shown}: column {column!r} holds {kind}, not strings; pass --column NAME of a text column")
     row = first_row
     for chunk in col.chunks:
         for start in range(0, len(chunk), 4096):
@@ -412,7 +415,7 @@ def parquet_documents(path: str, group: int, first_row: int, column: str, strict
                 row += 1
                 if value is None:
                     if not skip_bad:
-                        raise InputError(f"{path} row {row:,}: column {column!r} is null; fix or drop that row "
+                        raise InputError(f"{shown} row {row:,}: column {column!r} is null; fix or drop that row "
                                          "(--skip-bad-records skips such rows)")
                     yield None, row
                     continue
@@ -420,7 +423,7 @@ def parquet_documents(path: str, group: int, first_row: int, column: str, strict
                 if strict:
                     bad = first_invalid_utf8(data)
                     if bad >= 0:
-                        raise InputError(f"{path} row {row:,}: {invalid_utf8_message(bad)}")
+                        raise InputError(f"{shown} row {row:,}: {invalid_utf8_message(bad)}")
                 yield data, row
 
 
@@ -516,8 +519,9 @@ def count_pieces(source: Source, form: InputForm, start: int, settings: dict, st
             raw = source.size if last else raw + size
             if last:
                 _hash_file(source, hasher)
-            yield Piece(count_parquet_group, (source.name, g, first, form.field, settings, strict, skip_bad),
-                        g + 1, raw, last)
+            # the worker reads the file (at its absolute path: it may run elsewhere, see Dask)
+            args = (os.path.abspath(source.name), g, first, form.field, settings, strict, skip_bad, source.name)
+            yield Piece(count_parquet_group, args, g + 1, raw, last)
             first += rows
         return
     raw, stream, form = open_stream(source, form, hasher=hasher)
@@ -542,9 +546,12 @@ def count_pieces(source: Source, form: InputForm, start: int, settings: dict, st
             pending.raw, pending.last = raw.bytes, True
             yield pending
             return
-        pieces = _text_pieces(stream, settings, piece_bytes, offset)
+        # The whole document as one piece for a pretokenizer whose ranges cannot be counted
+        # apart (``none``, ``regex:``), as for a plain file.
+        pre = Pretokenizer.from_name(settings["pretokenizer"])
+        specials = [s.encode("utf-8") for s in settings["special_tokens"]]
         pending = None
-        for data, at in pieces:
+        for data, at in byte_pieces(stream, pre, specials, piece_bytes, CHUNK_BYTES, offset):
             if pending is not None:
                 yield pending
             pending = Piece(count_data_piece, (data, settings, strict, at), at + len(data), raw.bytes, False)
@@ -558,35 +565,6 @@ def count_pieces(source: Source, form: InputForm, start: int, settings: dict, st
     finally:
         if source.name != STDIN:
             raw.f.close()
-
-
-def _text_pieces(stream: BinaryIO, settings: dict, limit: int, offset: int) -> Iterator[Tuple[bytes, int]]:
-    """(bytes, uncompressed offset) of pieces of one document that end at safe cuts, of about
-    ``limit`` bytes; the whole document as one piece for a pretokenizer whose ranges cannot be
-    counted apart (``none``, ``regex:``), as for a plain file."""
-    pre = Pretokenizer.from_name(settings["pretokenizer"])
-    specials = [s.encode("utf-8") for s in settings["special_tokens"]]
-    back = max([4] + [len(s) for s in specials])
-    cut_ok = splittable(pre)
-    limit = max(limit, 1)
-    buf = bytearray()
-    scan = 0
-    while True:
-        block = stream.read(CHUNK_BYTES)
-        if not block:
-            break
-        buf += block
-        while cut_ok and len(buf) >= limit:
-            cut = find_byte_cut(buf, max(scan, limit), pre, specials)
-            if cut < 0:
-                scan = max(scan, len(buf) - back)
-                break
-            yield bytes(buf[:cut]), offset
-            del buf[:cut]
-            offset += cut
-            scan = 0
-    if buf:
-        yield bytes(buf), offset
 
 
 __all__ = ["INPUT_FORMATS", "InputForm", "MissingExtra", "form_of", "iter_documents", "count_pieces", "from_bytes"]

@@ -8,12 +8,14 @@ bytes; the parent only reads, cuts and writes, in order.  With the C extension a
 does all of that in C on the piece's bytes (``Tokenizer._native_ids``); without it, it
 decodes the piece and runs the Python path.
 
-* Byte-level cuts (``pretokenize.find_byte_cut``: an ASCII space after a non-space, not
-  inside a special token; every named pretokenizer but ``none``): the parent never decodes
-  the text.  A cut before an ASCII byte is never inside a UTF-8 character, so the pieces
+The pieces and the window of tasks in flight are ``streaming``'s, as for ``count``:
+
+* Byte-level cuts (``streaming.byte_pieces``, ``pretokenize.find_byte_cut``: an ASCII space
+  after a non-space, not inside a special token; every named pretokenizer but ``none``): the
+  parent never decodes the text.  A cut before an ASCII byte is never inside a UTF-8 character, so the pieces
   decode to exactly the text of the whole, invalid bytes included (``surrogateescape``).
 * Otherwise (``none``, ``regex:...``): the parent decodes and cuts with
-  ``StreamSplitter`` and sends text pieces.
+  ``StreamSplitter`` (``streaming.text_pieces``) and sends text pieces.
 
 With one worker the same pieces are encoded in this process.  The output bytes do not
 depend on the number of workers, the piece size or the read size.
@@ -25,9 +27,10 @@ from array import array
 from typing import BinaryIO, Callable, Iterator, List, Optional, Sequence, Tuple
 
 from .ids_io import check_format, format_ids
-from .pretokenize import StreamSplitter, find_byte_cut, last_piece_byte_cut, splittable
-from .reader import CHUNK_BYTES, InputError, decode_chunks, to_bytes
+from .pretokenize import StreamSplitter, splittable
+from .reader import CHUNK_BYTES, InputError, to_bytes
 from .scan import first_invalid_utf8
+from .streaming import Window, byte_pieces, text_pieces
 from .tokenizer import Tokenizer, TokenizerError
 
 PIECE_CHARS = 1 << 20  # bytes (or characters) encoded at a time, by one worker: ~100 tasks per 100 MB
@@ -72,15 +75,16 @@ class ParallelEncoder:
         self.tok = tok
         self.workers = workers
         _TOKENIZER = tok
-        self.runner = None
+        self.window = None  # one worker: the pieces are encoded here, with ``tok``
         if workers > 1:
             from .runner import LocalRunner
 
-            self.runner = LocalRunner(workers)
+            self.window = Window(LocalRunner(workers))
 
     def close(self) -> None:
-        if self.runner is not None:
-            self.runner.close()
+        if self.window is not None:
+            self.window.discard()
+            self.window.runner.close()
 
     def __enter__(self):
         return self
@@ -88,77 +92,39 @@ class ParallelEncoder:
     def __exit__(self, *exc):
         self.close()
 
-    def _text_pieces(self, stream: BinaryIO, chunk_bytes: int, strict: bool) -> Iterator[tuple]:
-        """Tasks for any pretokenizer: ``(_encode_items, items)`` with lists of raw items of
-        about ``PIECE_CHARS`` characters, cut by ``StreamSplitter``."""
-        splitter = StreamSplitter(self.tok.pretokenizer, self.tok.splitter)
-        limit = PIECE_CHARS
-        items: list = []
-        size = 0
-        for text, _, _, final in decode_chunks(stream, chunk_bytes, strict):
-            for item in splitter.feed(text, final=final):
-                items.append(item)
-                size += len(item[1])
-            if size >= limit:
-                yield _encode_items, (items,)
-                items, size = [], 0
-        if items:
-            yield _encode_items, (items,)
-
-    def _byte_pieces(self, stream: BinaryIO, chunk_bytes: int, strict: bool) -> Iterator[tuple]:
-        """Tasks for pretokenizers with byte-level cuts: ``(_encode_bytes, (piece, offset,
-        strict))`` with pieces of about ``PIECE_CHARS`` bytes that end at safe cuts."""
+    def _tasks(self, stream: BinaryIO, chunk_bytes: int, strict: bool) -> Iterator[tuple]:
+        """The tasks of one document: ``(_encode_bytes, (piece, offset, strict))`` for pieces of
+        about ``PIECE_CHARS`` bytes cut at byte-level safe points, or for the other
+        pretokenizers ``(_encode_items, (items,))`` with lists of ``StreamSplitter`` items of
+        about ``PIECE_CHARS`` characters (``streaming``)."""
         tok = self.tok
-        pre = tok.pretokenizer
-        specials = [to_bytes(s) for s in tok.special_ids]
-        back = max([4] + [len(s) for s in specials])
-        limit = max(PIECE_CHARS, 1)
-        read = stream.read
-        buf = bytearray()  # appended to and cut from the front in amortized O(1): text without a cut stays linear
-        offset = 0  # of buf[0] in the document
-        scan = 0  # no cut in buf before this (but for a special that may straddle the end)
-        while True:
-            try:
-                block = read(chunk_bytes)
-            except OSError as exc:
-                raise InputError(f"read failed ({exc.strerror})") from None
-            if not block:
-                break
-            buf += block
-            while len(buf) >= limit:
-                cut = find_byte_cut(buf, max(scan, limit), pre, specials)
-                if cut < 0 and len(buf) >= 2 * limit:  # a run with no cut: a cap's piece boundary, if any
-                    cut = last_piece_byte_cut(buf, pre, specials)
-                if cut < 0:
-                    scan = max(scan, len(buf) - back)
-                    break
-                yield _encode_bytes, (bytes(buf[:cut]), offset, strict)
-                del buf[:cut]
-                offset += cut
-                scan = 0
-        if buf:
-            yield _encode_bytes, (bytes(buf), offset, strict)
+        if splittable(tok.pretokenizer):
+            specials = [to_bytes(s) for s in tok.special_ids]
+            for piece, offset in byte_pieces(stream, tok.pretokenizer, specials, PIECE_CHARS, chunk_bytes):
+                yield _encode_bytes, (piece, offset, strict)
+            return
+        splitter = StreamSplitter(tok.pretokenizer, tok.splitter)
+        for items, _ in text_pieces(stream, splitter, PIECE_CHARS, chunk_bytes, strict):
+            if items:
+                yield _encode_items, (items,)
 
     def _encoded(self, stream: BinaryIO, fmt: str, chunk_bytes: int, strict: bool) -> Iterator[Tuple[bytes, int]]:
         """``(output bytes, ids)`` of each piece of the document, in order."""
-        if splittable(self.tok.pretokenizer):
-            tasks = self._byte_pieces(stream, chunk_bytes, strict)
-        else:
-            tasks = self._text_pieces(stream, chunk_bytes, strict)
-        if self.runner is None:
+        tasks = self._tasks(stream, chunk_bytes, strict)
+        if self.window is None:
             tok = self.tok
             for fn, args in tasks:
                 yield fn(*args, fmt, tok)
             return
-        runner = self.runner
+        window = self.window
         try:
             for fn, args in tasks:
-                for _, result in runner.submit(fn, (*args, fmt), None):
+                for _, result in window.submit(fn, (*args, fmt), None):
                     yield result
-            for _, result in runner.drain():
+            for _, result in window.drain():
                 yield result
         except BaseException:  # an error, or a reader that stopped: the next document must not get these results
-            runner.discard()
+            window.discard()
             raise
 
     def encode_stream(self, stream: BinaryIO, chunk_bytes: int = CHUNK_BYTES, strict: bool = False) -> Iterator[List[int]]:

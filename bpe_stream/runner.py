@@ -1,7 +1,8 @@
 """Running units of work (counting a range, encoding a piece) on worker processes.
 
-Results come back in submission order, with a bounded number of tasks in flight, so the
-caller can merge or write them as a stream in bounded memory.  One worker runs inline.
+A runner only runs tasks (``start``, ``result``, ``cancel``, ``close``); which tasks are in
+flight and the order their results come back in are ``streaming.Window``'s.  One worker
+runs each task inline, when its result is asked for.
 
 The workers are forked processes of our own, each with a private pipe, not a
 ``multiprocessing.Pool``: a Pool's workers share queues guarded by locks, and its teardown
@@ -106,13 +107,12 @@ class _Task:
 
 
 class LocalRunner:
-    """Runs units inline (one worker) or on forked worker processes, keeping a bounded number
-    in flight and handing results back in submission order.  Another engine (Dask)
-    implements ``submit``, ``drain`` and ``close`` too; ``discard`` is for the encoder."""
+    """Runs tasks inline (one worker) or on forked worker processes, each as soon as a worker
+    is idle.  Another engine (Dask) has the same methods: ``start``, ``result``, ``cancel``,
+    ``close``, and ``workers`` and ``inline`` for ``streaming.Window``."""
 
     def __init__(self, workers: int):
         self.workers = workers
-        self.pending = deque()  # (meta, _Task) in submission order
         self._unsent = deque()  # tasks waiting for an idle worker
         self._busy = {}  # parent's pipe end -> (_Worker, _Task)
         self._idle: List[_Worker] = []
@@ -126,32 +126,32 @@ class LocalRunner:
                 raise
             self._idle = list(self._all)
 
-    def submit(self, fn, args, meta) -> Iterable[tuple]:
-        """Queues ``fn(*args)``; yields ``(meta, result)`` of finished earlier tasks."""
-        if not self._all:
-            yield meta, fn(*args)
-            return
+    @property
+    def inline(self) -> bool:
+        """Whether tasks run in this process (one worker), each when its result is asked for."""
+        return not self._all
+
+    def start(self, fn, args) -> _Task:
+        """Queues ``fn(*args)``: a worker gets it as soon as one is idle."""
         task = _Task(fn, args)
-        self.pending.append((meta, task))
-        self._unsent.append(task)
-        self._dispatch()
-        while len(self.pending) > 2 * self.workers:
-            yield self._next()
+        if self._all:
+            self._unsent.append(task)
+            self._dispatch()
+        return task
 
-    def drain(self) -> Iterable[tuple]:
-        while self.pending:
-            yield self._next()
-
-    def discard(self) -> None:
-        """Forgets the tasks not handed back yet (results still arriving are dropped)."""
-        self.pending.clear()
-        self._unsent.clear()
-
-    def _next(self) -> tuple:
-        meta, task = self.pending.popleft()
+    def result(self, task: _Task):
+        """The result of a started task (its exception raised), waited for."""
+        if not self._all:
+            fn, args, task.fn, task.args = task.fn, task.args, None, None
+            return fn(*args)
         while not task.done:
             self._collect()
-        return meta, task.result()
+        return task.result()
+
+    def cancel(self, tasks: Iterable[_Task]) -> None:
+        """Forgets ``tasks``: those not sent are never run; the results of the others are dropped."""
+        drop = set(map(id, tasks))
+        self._unsent = deque(t for t in self._unsent if id(t) not in drop)
 
     def _collect(self) -> None:
         """Waits for at least one busy worker, takes every finished result, refills idle workers."""
@@ -182,4 +182,4 @@ class LocalRunner:
         for worker in workers:
             if worker.pid > 0:
                 worker.stop()
-        self.discard()
+        self._unsent.clear()

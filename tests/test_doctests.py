@@ -1,8 +1,8 @@
 """The worked examples in the core's docstrings are doctests, and they hold.
 
-``bpe``, ``pretokenize`` and ``memory_engines`` (the Python engine) examples stand alone.  ``tokenizer``'s methods continue the
-example of the ``Tokenizer`` class docstring (its ``tok``), so that one runs first and its
-names are given to the others.
+``bpe``, ``pretokenize``, ``memory_engines`` (the Python engine) and ``streaming`` examples
+stand alone.  ``tokenizer``'s methods continue the example of the ``Tokenizer`` class
+docstring (its ``tok``), so that one runs first and its names are given to the others.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import doctest
 
 import pytest
 
-from bpe_stream import bpe, memory_engines, pretokenize, tokenizer
+from bpe_stream import bpe, memory_engines, pretokenize, streaming, tokenizer
 
 FLAGS = doctest.ELLIPSIS
 
@@ -27,7 +27,7 @@ def _run(test, runner):
     return runner
 
 
-@pytest.mark.parametrize("module", [bpe, pretokenize, memory_engines], ids=lambda m: m.__name__)
+@pytest.mark.parametrize("module", [bpe, pretokenize, memory_engines, streaming], ids=lambda m: m.__name__)
 def test_standalone_examples(module):
     runner = doctest.DocTestRunner(optionflags=FLAGS)
     for test in _tests(module):

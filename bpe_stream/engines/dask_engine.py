@@ -1,16 +1,18 @@
 """Counting on a Dask cluster (``bpe-stream count --engine dask [--scheduler ADDRESS]``).
 
-:class:`DaskRunner` has the three methods of ``counting.LocalRunner``: ``submit`` queues one
-counting unit (``count_range`` of a byte range of a file, or ``_count_pieces`` of stdin text)
-as a Dask task and yields the results of earlier tasks **in submission order**, keeping at most
-twice as many tasks in flight as the cluster has threads; ``drain`` yields the rest; ``close``
-cancels what is left and shuts down a ``LocalCluster`` it started.  The partial counts stream
-back to this process, which merges them into the LMDB store exactly as a local run does (same
-batches, same per-file progress records), so the store is identical and a rerun after a failure
-resumes without counting anything twice.
+:class:`DaskRunner` has the methods of ``runner.LocalRunner``: ``start`` submits one counting
+unit (``count_range`` of a byte range of a file, ``_count_pieces`` of stdin text, a piece of a
+compressed or structured input) as a Dask task, ``result`` waits for it, ``cancel`` cancels
+tasks, ``close`` shuts down a ``LocalCluster`` it started.  Which tasks are in flight (at most
+twice as many as the cluster has threads) and the order their results come back in (submission
+order) are ``streaming.Window``'s, as for local workers.  The partial counts stream back to this
+process, which merges them into the LMDB store exactly as a local run does (same batches, same
+per-file progress records), so the store is identical and a rerun after a failure resumes
+without counting anything twice.
 
-Workers read the files themselves: with ``--scheduler``, every worker must see the input files at
-the same absolute path (a shared or replicated file system) and have bpe-stream installed.
+Workers read the files themselves, at the absolute paths ``counting.count_sources`` gives the
+tasks: with ``--scheduler``, every worker must see the input files at the same absolute path (a
+shared or replicated file system) and have bpe-stream installed.
 Without ``--scheduler`` a ``LocalCluster`` of ``--workers`` single-threaded processes is started
 on this machine.  Dask is an optional extra, imported only here.
 """
@@ -18,8 +20,6 @@ on this machine.  Dask is an optional extra, imported only here.
 from __future__ import annotations
 
 import logging
-import os
-from collections import deque
 from typing import Iterable, Optional
 
 from ..errors import SettingsError
@@ -50,14 +50,15 @@ def _call(fn, args):
 
 
 class DaskRunner:
-    """Runs counting units on a Dask cluster; results come back in submission order."""
+    """Runs counting units on a Dask cluster (``streaming.Window`` keeps them in order)."""
+
+    inline = False
 
     def __init__(self, workers: int = 1, scheduler: Optional[str] = None, *, processes: bool = True,
                  connect_timeout: float = 15.0):
         distributed = _import_distributed()
         self.cluster = None
         self.client = None
-        self.pending = deque()
         try:
             if scheduler:
                 try:
@@ -80,7 +81,12 @@ class DaskRunner:
         self.workers = max(1, threads or workers)
         self.address = self.client.scheduler.address
 
-    def _result(self, future):
+    def start(self, fn, args):
+        """Submits ``fn(*args)`` to the cluster: its future."""
+        return self.client.submit(_call, fn, args, pure=False)
+
+    def result(self, future):
+        """The result of a submitted task, waited for; a worker that died is ``WorkerLost``."""
         from distributed import KilledWorker
 
         try:
@@ -91,33 +97,19 @@ class DaskRunner:
                 "and counting resumes where they end"
             ) from None
 
-    def submit(self, fn, args, meta) -> Iterable[tuple]:
-        """Queues ``fn(*args)`` on the cluster; yields ``(meta, result)`` of finished earlier tasks."""
-        from ..counting import count_range
-
-        if fn is count_range:  # workers may run elsewhere: give them an absolute path
-            args = (os.path.abspath(args[0]),) + tuple(args[1:])
-        self.pending.append((meta, self.client.submit(_call, fn, args, pure=False)))
-        while len(self.pending) > 2 * self.workers:
-            meta0, future = self.pending.popleft()
-            yield meta0, self._result(future)
-
-    def drain(self) -> Iterable[tuple]:
-        while self.pending:
-            meta, future = self.pending.popleft()
-            yield meta, self._result(future)
+    def cancel(self, futures: Iterable) -> None:
+        """Cancels tasks whose results are not wanted (best effort)."""
+        if self.client is not None:
+            try:
+                self.client.cancel(list(futures))
+            except Exception:  # pragma: no cover - best effort while shutting down
+                pass
 
     def close(self) -> None:
-        pending, self.pending = [f for _, f in self.pending], deque()
         client, self.client = self.client, None
         cluster, self.cluster = self.cluster, None
         try:
             if client is not None:
-                if pending:
-                    try:
-                        client.cancel(pending)
-                    except Exception:  # pragma: no cover - best effort while shutting down
-                        pass
                 client.close()
         finally:
             if cluster is not None:
