@@ -127,6 +127,20 @@ def test_cli_and_cli_scale_do_not_import_each_other():
     assert "bpe_stream.cli" not in graph["bpe_stream.cli_common"]
 
 
+def test_one_streaming_layer_and_runners_that_only_run_tasks():
+    """``count`` (plain files, stdin, decompressed streams) and ``encode`` cut their inputs and
+    keep their tasks in flight through ``streaming``; the runners import nothing of what they
+    run (not even inside a function, as the Dask engine once did to rewrite count_range's path)."""
+    graph = import_graph()
+    for user in ("bpe_stream.counting", "bpe_stream.encoding", "bpe_stream.documents"):
+        assert "bpe_stream.streaming" in graph[user], user
+    for runner in ("runner.py", "engines/dask_engine.py"):
+        tree = ast.parse((PACKAGE / runner).read_text(encoding="utf-8"))
+        imported = {n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+        imported |= {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+        assert not any(m.split(".")[-1] in ("counting", "encoding", "documents") for m in imported), (runner, imported)
+
+
 def test_every_module_imports_first_in_a_fresh_interpreter():
     """Each module imported before any other of the package: a cycle that the order of
     imports happens to hide elsewhere fails here."""

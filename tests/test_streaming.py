@@ -1,0 +1,244 @@
+"""The streaming layer on its own (``bpe_stream.streaming``): files cut into ranges, streams
+cut into byte pieces and into ``StreamSplitter`` items, and the window of tasks in flight.
+
+For any target size, read size and pretokenizer (the named ones, a cap, ``none``, a custom
+pattern): the ranges and pieces cover the input exactly, in order; every cut is a safe point
+(the pretokens of the parts, special tokens included, are those of the whole, as the package's
+own pretokenizer makes them); and counting or encoding the parts gives the all-at-once result.
+The window hands results back in submission order with at most ``2 * workers`` tasks in
+flight (none for an inline runner) and forgets what it discards.
+"""
+
+from __future__ import annotations
+
+import io
+from collections import Counter
+
+import pytest
+import textbook
+from conftest import fewer_examples
+from hypothesis import given
+from hypothesis import strategies as st
+
+from bpe_stream import streaming
+from bpe_stream.counting import count_data_piece, count_range, count_text, make_settings, pretokenizer_of
+from bpe_stream.pretokenize import SpecialSplitter, StreamSplitter, splittable
+from bpe_stream.reader import to_bytes
+from bpe_stream.runner import LocalRunner
+from bpe_stream.streaming import Window, byte_pieces, file_ranges, text_pieces
+
+EOT = "<|endoftext|>"
+SETTINGS = [
+    make_settings("gpt2", [EOT]),
+    make_settings("gpt2", ["<|a b|>", EOT]),  # a special token with a space inside
+    make_settings("gpt2", [EOT], max_token_bytes=8),  # cut-less runs cut at the cap's pieces
+    make_settings("cl100k", [EOT]),
+    make_settings("o200k", [], max_token_bytes=6),
+    make_settings("whitespace", ["<|a b|>"]),
+    make_settings("words", []),
+    make_settings("none", [EOT]),  # no byte-level cuts
+    make_settings("regex:\\s+|\\S+", [EOT]),  # a custom pattern: no byte-level cuts
+]
+PART = st.sampled_from(
+    ["hello", " world", " ", "  ", "\n", "\r\n", "\t", "'ll", " don't", "123456", "中文", "字符字符字符", "😀",
+     "!!", " é", "\u00a0", "\u3000", "x", "xxxxxxxxxxxx", EOT, "<|a b|>", "<|a", "b|>", "<|endof"]
+).map(str.encode) | st.sampled_from([b"\xff", b"\xe4", b"\xe4\xb8", b"\x80"])
+DOC = st.lists(PART, max_size=60).map(b"".join)
+
+
+def specials_of(settings: dict) -> list:
+    return [t.encode("utf-8") for t in settings["special_tokens"]]
+
+
+def pretokens(data: bytes, settings: dict) -> list:
+    """The pretokens of ``data`` as one document (bytes; special tokens as themselves), by the
+    package's pretokenizer (its cap included) between the textbook's special-token split."""
+    pre = pretokenizer_of(settings)
+    out = []
+    for special, piece in textbook.split_specials(data.decode("utf-8", "surrogateescape"), settings["special_tokens"]):
+        out.extend([piece] if special else pre.split(piece))
+    return [to_bytes(p) for p in out]
+
+
+def assert_cover(parts: list, start: int, end: int) -> None:
+    """``parts`` ((a, b) ranges) follow each other from ``start`` to ``end``, none empty."""
+    assert parts, "no part"
+    assert parts[0][0] == start and parts[-1][1] == end
+    assert all(a < b for a, b in parts) or (start == end and parts == [(start, end)])
+    assert all(b == a2 for (_, b), (a2, _) in zip(parts, parts[1:]))
+
+
+def bytes_counts(partials) -> Counter:
+    total = Counter()
+    for partial in partials:
+        total.update(partial.unpacked().counter)
+    return total
+
+
+# -- files --------------------------------------------------------------------------------
+@fewer_examples(100)
+@given(DOC, st.sampled_from(SETTINGS), st.integers(min_value=1, max_value=48), st.booleans())
+def test_file_ranges_cover_the_file_and_cut_only_at_safe_points(tmp_path, data, settings, target, resumed):
+    path = tmp_path / "doc.txt"
+    path.write_bytes(data)
+    pre, specials = pretokenizer_of(settings), specials_of(settings)
+    start = 0
+    if resumed:  # from a safe cut inside the file, as a resumed count starts
+        start = file_ranges(str(path), 0, len(data), pre, specials, target)[0][1] % (len(data) + 1)
+    ranges = file_ranges(str(path), start, len(data), pre, specials, target)
+    assert_cover(ranges, start, len(data))
+    if not splittable(pre):
+        assert ranges == [(start, len(data))]
+    parts = [pretokens(data[a:b], settings) for a, b in ranges]
+    assert [p for part in parts for p in part] == pretokens(data[start:], settings)
+    # counted range by range (packed, as the workers hand them back): the counts of the whole
+    counted = bytes_counts(count_range(str(path), a, b, settings, bytes_keys=True, packed=True) for a, b in ranges)
+    whole = Counter({to_bytes(k): n for k, n in count_text(data[start:].decode("utf-8", "surrogateescape"),
+                                                            settings).items()})
+    assert counted == whole
+
+
+def test_file_ranges_of_a_long_run_without_a_cut_stay_bounded_with_a_cap(tmp_path):
+    """240 KB of CJK (no space, one family): the cap's piece boundaries keep each range within
+    a read window of the target; without a cap the run is one range."""
+    data = "中文字符".encode() * 20_000 + b" bye"
+    path = tmp_path / "cjk.txt"
+    path.write_bytes(data)
+    capped = make_settings("gpt2", [], max_token_bytes=64)
+    ranges = file_ranges(str(path), 0, len(data), pretokenizer_of(capped), [], 1024)
+    assert_cover(ranges, 0, len(data))
+    assert len(ranges) >= 3 and max(b - a for a, b in ranges) <= 1024 + streaming.CUT_WINDOW
+    assert [p for a, b in ranges for p in pretokens(data[a:b], capped)] == pretokens(data, capped)
+    uncapped = make_settings("gpt2", [], max_token_bytes=None)
+    assert len(file_ranges(str(path), 0, len(data), pretokenizer_of(uncapped), [], 1024)) <= 2
+
+
+# -- streams ------------------------------------------------------------------------------
+@given(DOC, st.sampled_from(SETTINGS), st.integers(min_value=1, max_value=48), st.integers(min_value=1, max_value=9),
+       st.integers(min_value=0, max_value=1000))
+def test_byte_pieces_cover_the_stream_and_cut_only_at_safe_points(data, settings, limit, chunk_bytes, offset):
+    pre, specials = pretokenizer_of(settings), specials_of(settings)
+    pieces = list(byte_pieces(io.BytesIO(data), pre, specials, limit, chunk_bytes, offset))
+    assert b"".join(p for p, _ in pieces) == data
+    assert all(p for p, _ in pieces)  # no empty piece (nothing at all for an empty stream)
+    assert_cover([(at, at + len(p)) for p, at in pieces] or [(offset, offset)], offset, offset + len(data))
+    if not splittable(pre):
+        assert len(pieces) <= 1
+    assert [t for p, _ in pieces for t in pretokens(p, settings)] == pretokens(data, settings)
+    counted = bytes_counts(count_data_piece(p, settings, False, at) for p, at in pieces)
+    assert counted == bytes_counts([count_data_piece(data, settings, False, 0)])
+
+
+def test_byte_pieces_turn_a_failed_read_into_an_input_error():
+    from bpe_stream.reader import InputError
+
+    class Broken(io.RawIOBase):
+        def read(self, n=-1):
+            raise OSError(5, "Input/output error")
+
+    with pytest.raises(InputError, match="read failed"):
+        list(byte_pieces(Broken(), pretokenizer_of(SETTINGS[0]), [], 8, 4))
+
+
+@given(DOC, st.sampled_from(SETTINGS), st.integers(min_value=1, max_value=48), st.integers(min_value=1, max_value=9))
+def test_text_pieces_cover_the_stream_and_pretokenize_as_the_whole(data, settings, limit, chunk_bytes):
+    pre = pretokenizer_of(settings)
+    splitter = StreamSplitter(pre, SpecialSplitter(settings["special_tokens"]))
+    pieces = list(text_pieces(io.BytesIO(data), splitter, limit, chunk_bytes))
+    assert [last for _, last in pieces] == [False] * (len(pieces) - 1) + [True]  # the last always comes, once
+    items = [item for piece, _ in pieces for item in piece]
+    assert b"".join(to_bytes(value) for _, value in items) == data
+    assert all(items for items, last in pieces if not last)
+    # each text item pretokenized on its own (as a worker does), special tokens as themselves
+    alone = [to_bytes(t) for kind, value in items for t in ([value] if kind == "special" else pre.split(value))]
+    assert alone == pretokens(data, settings)
+
+
+@pytest.fixture(scope="module")
+def gpt2_tok():
+    from test_encode_stream import SPECIALS, train
+
+    return train("gpt2", SPECIALS, None, False)
+
+
+@fewer_examples(60)
+@given(data=DOC, limit=st.integers(min_value=1, max_value=48), chunk_bytes=st.integers(min_value=1, max_value=9))
+def test_encoding_the_byte_pieces_gives_the_ids_of_the_whole(gpt2_tok, data, limit, chunk_bytes):
+    specials = [to_bytes(s) for s in gpt2_tok.special_ids]
+    pieces = byte_pieces(io.BytesIO(data), gpt2_tok.pretokenizer, specials, limit, chunk_bytes)
+    assert [i for p, _ in pieces for i in gpt2_tok.encode_bytes(p)] == gpt2_tok.encode_bytes(data)
+
+
+# -- the window ---------------------------------------------------------------------------
+class Recording:
+    """A runner that runs nothing until a result is asked for, and records what is in flight."""
+
+    def __init__(self, workers: int, inline: bool):
+        self.workers, self.inline = workers, inline
+        self.flying: list = []
+        self.most = 0
+        self.cancelled: list = []
+
+    def start(self, fn, args):
+        handle = (fn, args)
+        self.flying.append(handle)
+        self.most = max(self.most, len(self.flying))
+        return handle
+
+    def result(self, handle):
+        self.flying.remove(handle)
+        fn, args = handle
+        return fn(*args)
+
+    def cancel(self, handles):
+        self.cancelled.extend(handles)
+        for handle in handles:
+            self.flying.remove(handle)
+
+
+@given(st.lists(st.integers(), max_size=30), st.integers(min_value=1, max_value=4), st.booleans(),
+       st.integers(min_value=0, max_value=30))
+def test_window_hands_results_back_in_order_with_a_bounded_number_in_flight(values, workers, inline, stop):
+    runner = Recording(workers, inline)
+    window = Window(runner)
+    depth = 0 if inline else 2 * workers
+    got = []
+    for i, v in enumerate(values[:stop]):
+        got.extend(window.submit(lambda x: -x, (v,), i))
+        assert len(runner.flying) <= depth
+    assert runner.most <= depth + 1
+    assert got == [(i, -v) for i, v in enumerate(values[:len(got)])]
+    if stop % 2:  # handed back to the end
+        got.extend(window.drain())
+        assert got == [(i, -v) for i, v in enumerate(values[:stop])] and not runner.cancelled
+    else:  # stopped: what is in flight is cancelled, and nothing more comes back
+        in_flight = list(runner.flying)
+        window.discard()
+        assert runner.cancelled == in_flight and not runner.flying and list(window.drain()) == []
+
+
+def _task(i: int) -> int:
+    if i == 7:
+        raise ValueError("task 7")
+    return sum(range((i % 2) * 200_000)) + i  # odd tasks take longer: they finish out of order
+
+
+@pytest.mark.parametrize("workers", [1, 3])
+def test_window_over_local_workers_keeps_order_and_raises_a_task_error_in_its_turn(workers):
+    runner = LocalRunner(workers)
+    try:
+        window = Window(runner)
+        got = []
+        with pytest.raises(ValueError, match="task 7"):
+            for i in range(12):
+                for meta, result in window.submit(_task, (i,), i):
+                    got.append((meta, result))
+            got.extend(window.drain())
+        assert [m for m, _ in got] == list(range(len(got))) and len(got) <= 7
+        assert all(r == _task(m) for m, r in got)
+        window.discard()
+        # the runner goes on with new tasks after a discard
+        got = [r for i in range(5) for r in window.submit(_task, (i,), i)] + list(window.drain())
+        assert got == [(i, _task(i)) for i in range(5)]
+    finally:
+        runner.close()
