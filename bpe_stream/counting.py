@@ -601,6 +601,7 @@ def count_sources(
         runner = LocalRunner(1 if small else workers)
     summary.workers = getattr(runner, "workers", workers)
     window = Window(runner)
+    given_names = {os.path.abspath(s.name): s.name for s in sources if not s.is_stdin}
     try:
         for source in sources:
             if source.is_stdin and source.form is not None:
@@ -640,6 +641,10 @@ def count_sources(
         for meta, partial in window.drain():
             take(meta, partial)
         flush()
+    except OSError as exc:  # a worker's read of a file: named as the user named it, not by its absolute path
+        if isinstance(exc.filename, str) and exc.filename in given_names:
+            exc.filename = given_names[exc.filename]
+        raise
     finally:
         window.discard()
         runner.close()

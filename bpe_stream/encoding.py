@@ -12,8 +12,9 @@ The pieces and the window of tasks in flight are ``streaming``'s, as for ``count
 
 * Byte-level cuts (``streaming.byte_pieces``, ``pretokenize.find_byte_cut``: an ASCII space
   after a non-space, not inside a special token; every named pretokenizer but ``none``): the
-  parent never decodes the text.  A cut before an ASCII byte is never inside a UTF-8 character, so the pieces
-  decode to exactly the text of the whole, invalid bytes included (``surrogateescape``).
+  parent never decodes the text.  A cut before an ASCII byte is never inside a UTF-8
+  character, so the pieces decode to exactly the text of the whole, invalid bytes included
+  (``surrogateescape``).
 * Otherwise (``none``, ``regex:...``): the parent decodes and cuts with
   ``StreamSplitter`` (``streaming.text_pieces``) and sends text pieces.
 

@@ -242,3 +242,28 @@ def test_window_over_local_workers_keeps_order_and_raises_a_task_error_in_its_tu
         assert got == [(i, _task(i)) for i in range(5)]
     finally:
         runner.close()
+
+
+# -- count's tasks --------------------------------------------------------------------------
+def test_count_gives_workers_absolute_paths_and_names_their_read_errors_as_given(tmp_path, monkeypatch):
+    """A worker may run elsewhere (Dask, in another directory): ``count_sources`` hands
+    ``count_range`` the file's absolute path, so no runner rewrites arguments; an OSError of
+    that read still names the file as the user did."""
+    from bpe_stream import counting
+    from bpe_stream.reader import Source
+    from bpe_stream.store import Store
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "doc.txt").write_bytes(b"hello world " * 100)
+    seen = []
+
+    def unreadable(path, *args):
+        seen.append(path)
+        raise PermissionError(13, "Permission denied", path)
+
+    monkeypatch.setattr(counting, "count_range", unreadable)
+    with Store.open(tmp_path / "store", create=True) as st:
+        with pytest.raises(PermissionError) as raised:
+            counting.count_sources(st, [Source.from_arg("doc.txt")], SETTINGS[0])
+    assert seen == [str(tmp_path / "doc.txt")]
+    assert raised.value.filename == "doc.txt"
