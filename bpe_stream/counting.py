@@ -64,7 +64,7 @@ from .pretokenize import (
 from .reader import CHUNK_BYTES, InputError, Source, decode_chunks, from_bytes, invalid_utf8_message, to_bytes
 from .scan import NATIVE_PATTERNS, first_invalid_utf8
 from .sources import Claims, FilePlan, feed, plan_files, range_hasher
-from .store import Store, StoreError
+from .store import SortedCounts, Store, StoreError
 
 # Bytes one counter entry costs in CPython (a str key, a dict slot, an int), rounded up
 # from a measurement (performance notes above).
@@ -473,11 +473,15 @@ class _Batch:
         self.totals["documents"] += partial.specials + partial.documents
         self.skipped += partial.skipped
 
-    def take_counts(self) -> dict:
+    def take_counts(self):
         """Every count of the batch, bytes keys, as ``Store.add_batch`` takes them, taken out (the
-        native table converted once, at the flush)."""
+        native table converted once, at the flush: sorted in C when it is all there is)."""
         if not len(self.table):
             return self.counter
+        if not self.counter:
+            counts = SortedCounts(*self.table.sorted_items())
+            self.table.clear()
+            return counts
         counts = self.table.to_dict()
         self.table.clear()  # taken: a giant pretoken is not held in the table and the dict at once
         merge_counts(counts, self.counter)

@@ -258,6 +258,35 @@ void bs_ct_entry(const bs_counttable *t, size_t i, const uint8_t **key, size_t *
     *count = e->count;
 }
 
+typedef struct {
+    uint64_t head; /* the key's first 8 bytes, big-endian: comparing these orders most keys */
+    const uint8_t *key;
+    uint32_t len, index;
+} sort_item;
+
+static int compare_items(const void *pa, const void *pb) {
+    const sort_item *a = pa, *b = pb;
+    if (a->head != b->head) return a->head < b->head ? -1 : 1;
+    size_t n = a->len < b->len ? a->len : b->len;
+    int c = n > 8 ? memcmp(a->key + 8, b->key + 8, n - 8) : 0;
+    if (c) return c;
+    return a->len < b->len ? -1 : (a->len > b->len);
+}
+
+int bs_ct_sorted(const bs_counttable *t, uint32_t *order) {
+    if (t->n == 0) return BS_CT_OK;
+    sort_item *items = malloc(t->n * sizeof *items);
+    if (!items) return BS_CT_ENOMEM;
+    for (size_t i = 0; i < t->n; i++) {
+        const entry_t *e = &t->entries[i];
+        items[i] = (sort_item){__builtin_bswap64(e->head), t->keys + e->off, e->len, (uint32_t)i};
+    }
+    qsort(items, t->n, sizeof *items, compare_items);
+    for (size_t i = 0; i < t->n; i++) order[i] = items[i].index;
+    free(items);
+    return BS_CT_OK;
+}
+
 size_t bs_ct_packed_size(const bs_counttable *t) { return t->keys_len + BS_CT_PACKED_OVERHEAD * t->n; }
 
 static inline uint8_t *put_le(uint8_t *out, uint64_t v, int bytes) {
