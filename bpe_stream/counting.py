@@ -63,7 +63,7 @@ from .pretokenize import (
 )
 from .reader import CHUNK_BYTES, InputError, Source, decode_chunks, from_bytes, invalid_utf8_message, to_bytes
 from .scan import NATIVE_PATTERNS, first_invalid_utf8
-from .sources import Claims, FilePlan, feed, plan_files, range_hasher
+from .sources import Claims, FilePlan, RangeCheck, feed, plan_files, range_hasher
 from .store import SortedCounts, Store, StoreError
 
 # Bytes one counter entry costs in CPython (a str key, a dict slot, an int), rounded up
@@ -141,7 +141,7 @@ class PartialCounts:
     pretokens: int = 0
     specials: int = 0
     bytes: int = 0
-    digest: Optional[bytes] = None  # of the range's bytes, as read (count_range)
+    digest: Optional[bytes] = None  # the RangeCheck of the range's bytes, as read (count_range)
     # The counts packed (``count_table``: bytes keys), from count_bytes; then ``counter`` is empty.
     packed: Optional[bytes] = None
     documents: int = 0  # records counted (JSON Lines, Parquet); special tokens add their own
@@ -275,7 +275,7 @@ class _Limited:
 
     def __init__(self, f, remaining: int):
         self.f, self.remaining = f, remaining
-        self.hasher = range_hasher()
+        self.hasher = RangeCheck()
 
     def read(self, n: int) -> bytes:
         if self.remaining <= 0:
@@ -318,7 +318,7 @@ def _count_range_bytes(path: str, start: int, end: int, settings: dict, strict_u
     with open(path, "rb") as f:
         f.seek(start)
         data = f.read(end - start)
-    hasher = range_hasher()
+    hasher = RangeCheck()
     hasher.update(data)
     if strict_utf8:
         bad = first_invalid_utf8(data)
