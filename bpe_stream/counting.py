@@ -508,6 +508,24 @@ def range_for(flush_at: int, range_bytes: int = RANGE_BYTES) -> int:
     return min(range_bytes, max(1 << 16, flush_at // COUNTER_ENTRY_BYTES))
 
 
+# The smallest range a file is cut into to spread it over the workers.
+MIN_BALANCED_RANGE = 1 << 20
+
+
+def balanced_range(range_bytes: int, size: int, workers: int) -> int:
+    """The range size for ``size`` bytes of one file on ``workers``: ``range_bytes``, or less
+    so that the file makes at least 4 ranges a worker -- a 20 MB file in 8 MB ranges kept
+    one of two workers busy for 12 MB while the other finished its 8 (never below
+    MIN_BALANCED_RANGE, nor for one worker).
+
+    >>> balanced_range(8 << 20, 20_000_000, 2), balanced_range(8 << 20, 20_000_000, 1)
+    (2500000, 8388608)
+    """
+    if workers <= 1:
+        return range_bytes
+    return min(range_bytes, max(MIN_BALANCED_RANGE, -(-size // (4 * workers))))
+
+
 ENGINES = ("local", "dask")
 
 
@@ -672,7 +690,8 @@ def count_sources(
                 _take_back(store, plan, settings)
             if plan.message:
                 on_message(plan.message)
-            ranges = plan_ranges(source.name, plan.start, source.size, settings, range_bytes)
+            ranges = plan_ranges(source.name, plan.start, source.size, settings,
+                                 balanced_range(range_bytes, source.size - plan.start, summary.workers))
             for i, (a, b) in enumerate(ranges):
                 args = (source.name, a, b, settings, strict_utf8, chunk_bytes, True, True)
                 for meta, partial in runner.submit(count_range, args, (plan, a, b, i == len(ranges) - 1)):

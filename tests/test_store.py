@@ -608,3 +608,27 @@ def test_resolve_settings_takes_the_recorded_ones_for_what_is_not_given():
     assert resolve_settings(dict(nothing, max_token_bytes=128), recorded)["max_token_bytes"] == 128
     with pytest.raises(ValueError):
         resolve_settings(dict(nothing, pretokenizer=""))  # checked, as make_settings checks
+
+
+def test_a_file_is_cut_into_at_least_four_ranges_a_worker(tmp_path, monkeypatch):
+    """balanced_range: 4 ranges a worker where the file allows it (never below the minimum,
+    never more than range_bytes, one worker keeps range_bytes); the store is the same."""
+    from bpe_stream import counting
+
+    assert counting.balanced_range(8 << 20, 20_000_000, 2) == 2_500_000
+    assert counting.balanced_range(8 << 20, 20_000_000, 1) == 8 << 20
+    assert counting.balanced_range(8 << 20, 1 << 30, 2) == 8 << 20
+    assert counting.balanced_range(8 << 20, 100, 2) == counting.MIN_BALANCED_RANGE
+    monkeypatch.setattr(counting, "MIN_BALANCED_RANGE", 64)
+    path = tmp_path / "doc.txt"
+    path.write_bytes(b"".join(b"word%d and more words, " % (i % 97) for i in range(400)))
+    planned = []
+    real = counting.plan_ranges
+    monkeypatch.setattr(counting, "plan_ranges", lambda *a: planned.append(a[4]) or real(*a))
+    words = []
+    for workers in (1, 2):
+        with Store.open(tmp_path / f"s{workers}", create=True) as st_:
+            count_sources(st_, [Source.from_arg(str(path))], GPT2, workers=workers, range_bytes=4096)
+            words.append(all_words(st_))
+    size = path.stat().st_size
+    assert planned == [4096, -(-size // 8)] and words[0] == words[1]
