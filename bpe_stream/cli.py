@@ -23,6 +23,7 @@ from .cli_common import (EveryOpt, ProgressOpt, QuietOpt, StoreOpt, TokOpt, fail
                          store_path, user_errors)
 from .estimate import default_budget
 from .progress import CountingReader, summary_line
+from .train_driver import CHECKPOINT_EVERY
 from .reader import STDIN, Source
 
 # The modules that open a store (and so LMDB), train or count, and those that load a
@@ -169,7 +170,7 @@ def train(
     path: str = typer.Option("auto", "--path", help="auto, memory or disk: where the symbol sequences live."),
     resume: bool = typer.Option(False, "--resume", help="Continue from the store's checkpoint of this run."),
     from_tokenizer: Optional[str] = typer.Option(None, "--from", help="Continue this tokenizer: one this store trained, or extend any -t format (its ids kept)."),
-    checkpoint_every: int = typer.Option(1000, "--checkpoint-every", min=1, help="Checkpoint every N merges."),
+    checkpoint_every: int = typer.Option(CHECKPOINT_EVERY, "--checkpoint-every", min=1, help="Checkpoint every N merges."),
     checkpoint_seconds: float = typer.Option(30.0, "--checkpoint-seconds", min=0.0, help="... or every T seconds."),
     quiet: bool = QuietOpt,
     progress_every: Optional[float] = EveryOpt,

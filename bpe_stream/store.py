@@ -51,7 +51,7 @@ import heapq
 import os
 from contextlib import contextmanager
 from itertools import compress, islice, repeat
-from operator import add, is_, le, lt, not_
+from operator import add, ge, is_, le, lt, not_
 from typing import Iterator, List, Optional, Tuple, Union
 
 import lmdb
@@ -73,6 +73,7 @@ STAGE_CHUNK_KEYS = 2048
 # keys as their new pages and the store's own fit in it (32 MB), and a batch that fits is
 # added in one transaction, unstaged (``Store._stage_chunk_keys``).
 STAGE_DIRTY_PAGES = 8192
+WORD_BLOCK = 1 << 16  # pretokens a block of Store.iter_word_blocks
 _PAGE = 4096
 _ENTRY_OVERHEAD = 16  # bytes of a words entry besides its key: an 8-byte count, the node header
 _PENDING = b"pending"  # in meta: the staged batch's source records and totals
@@ -840,7 +841,16 @@ class Store:
         return int.from_bytes(raw[:8], "little") if raw else 0
 
     def iter_words(self, txn, min_count: int = 1) -> Iterator[Tuple[bytes, int]]:
-        """Every (pretoken, count) with count >= ``min_count``, short ones in byte order first.
+        """Every (pretoken, count) with count >= ``min_count``, short ones in byte order first,
+        checked as :meth:`iter_word_blocks` says."""
+        for keys, counts in self.iter_word_blocks(txn, min_count):
+            yield from zip(keys, counts)
+
+    def iter_word_blocks(self, txn, min_count: int = 1, block: int = WORD_BLOCK) -> Iterator[Tuple[List[bytes], List[int]]]:
+        """Every pretoken with its count >= ``min_count``, as blocks of two lists (at most
+        ``block`` pretokens and their counts), short pretokens in byte order first: what a
+        trainer loads, read and checked in C loops (a Python step per word cost as much as
+        the merges of a small run).
 
         Decoded with checks, since LMDB keeps no checksums: no count is above the sum of all
         counts the check record holds (a flipped high bit), a long pretoken's bytes match its
@@ -850,13 +860,24 @@ class Store:
         bound = record[0] if record is not None else 1 << 64
         total = 0
         with txn.cursor(db=self.db["words"]) as cur:
-            for key, value in cur:
-                n = int.from_bytes(value, "little")
-                total += n
-                if n > bound:
+            entries = cur.iternext(keys=True, values=True)
+            while True:
+                items = list(islice(entries, block))
+                if not items:
+                    break
+                keys, values = map(list, zip(*items))
+                del items
+                counts = list(map(int.from_bytes, values, repeat("little")))
+                total += sum(counts)
+                top = max(counts)
+                if top > bound:
+                    key = keys[counts.index(top)]
                     raise StoreError(_damaged(self.path, f"the count of {bytes(key)[:40]!r} is above the sum of all counts"))
-                if n >= min_count:
-                    yield bytes(key), n
+                if min_count > 1 or not all(counts):  # (a count of 0 is not kept, but read as it is)
+                    keep = list(map(ge, counts, repeat(min_count)))
+                    keys, counts = list(compress(keys, keep)), list(compress(counts, keep))
+                if keys:
+                    yield keys, counts
         with txn.cursor(db=self.db["longwords"]) as cur:
             for digest, value in cur:
                 word, n = bytes(value[8:]), int.from_bytes(value[:8], "little")
@@ -864,7 +885,7 @@ class Store:
                 if n > bound or len(value) < 8 or _digest(word) != digest:
                     raise StoreError(_damaged(self.path, f"the record of the long pretoken {word[:40]!r} is garbled"))
                 if n >= min_count:
-                    yield word, n
+                    yield [word], [n]
         if record is not None and (total, self.unique_words(txn)) != record:
             raise StoreError(_damaged(
                 self.path, f"its counts add up to {total:,} in {self.unique_words(txn):,} pretokens, its check record "

@@ -632,3 +632,22 @@ def test_a_file_is_cut_into_at_least_four_ranges_a_worker(tmp_path, monkeypatch)
             words.append(all_words(st_))
     size = path.stat().st_size
     assert planned == [4096, -(-size // 8)] and words[0] == words[1]
+
+
+@fewer_examples(30)
+@given(counts=st.dictionaries(_keys, st.integers(1, 1000), max_size=30), block=st.integers(1, 8),
+       min_count=st.integers(1, 500))
+def test_word_blocks_are_the_words_in_order(tmp_path, counts, block, min_count):
+    """iter_word_blocks: the pretokens with counts >= min_count in blocks of at most
+    ``block``, short ones in byte order and then the long ones -- what iter_words yields."""
+    with Store.open(Path(tempfile.mkdtemp(dir=tmp_path)) / "s", create=True) as st_:
+        st_.ensure_settings(GPT2)
+        st_.add_batch(counts, {}, {"pretokens": sum(counts.values())})
+        with st_.reader() as txn:
+            blocks = list(st_.iter_word_blocks(txn, min_count, block=block))
+            pairs = list(st_.iter_words(txn, min_count))
+    assert all(0 < len(keys) == len(ns) <= block for keys, ns in blocks)
+    flat = [(k, n) for keys, ns in blocks for k, n in zip(keys, ns)]
+    assert flat == pairs and dict(flat) == {k: n for k, n in counts.items() if n >= min_count}
+    short = [k for k, _ in flat if 0 < len(k) <= 511]
+    assert short == sorted(short) and flat[:len(short)] == [(k, counts[k]) for k in short]
