@@ -22,14 +22,13 @@ from .atomic import atomic_write, check_output, stdout_binary
 from .cli_common import (EveryOpt, ProgressOpt, QuietOpt, StoreOpt, TokOpt, fail, parse_size, progress_bar, say,
                          store_path, user_errors)
 from .estimate import default_budget
-from .formats import load_any
-from .formats.native import rules_digest
-from .ids_io import FORMATS, check_format, read_ids
 from .progress import CountingReader, summary_line
+from .train_driver import CHECKPOINT_EVERY
 from .reader import STDIN, Source
 
-# The modules that open a store (and so LMDB), train or count are imported by the commands
-# that use them: encode and decode start faster without them, and never load LMDB.
+# The modules that open a store (and so LMDB), train or count, and those that load a
+# tokenizer, are imported by the commands that use them: each command starts without the
+# others' imports (encode and decode never load LMDB; count never loads a tokenizer).
 app = typer.Typer(
     add_completion=False,
     no_args_is_help=True,
@@ -171,7 +170,7 @@ def train(
     path: str = typer.Option("auto", "--path", help="auto, memory or disk: where the symbol sequences live."),
     resume: bool = typer.Option(False, "--resume", help="Continue from the store's checkpoint of this run."),
     from_tokenizer: Optional[str] = typer.Option(None, "--from", help="Continue this tokenizer: one this store trained, or extend any -t format (its ids kept)."),
-    checkpoint_every: int = typer.Option(1000, "--checkpoint-every", min=1, help="Checkpoint every N merges."),
+    checkpoint_every: int = typer.Option(CHECKPOINT_EVERY, "--checkpoint-every", min=1, help="Checkpoint every N merges."),
     checkpoint_seconds: float = typer.Option(30.0, "--checkpoint-seconds", min=0.0, help="... or every T seconds."),
     quiet: bool = QuietOpt,
     progress_every: Optional[float] = EveryOpt,
@@ -183,6 +182,7 @@ def train(
     from .trainer import TrainConfig
 
     budget = parse_size(max_memory) if max_memory else None
+    from .formats import load_any
     with user_errors():
         _check_output_arg(output)  # before the training, not after it
         config = TrainConfig(
@@ -280,6 +280,8 @@ def encode(
     from .documents import with_form
     from .encoding import ParallelEncoder, encode_sources, special_id
 
+    from .formats import load_any
+    from .ids_io import FORMATS, check_format
     with user_errors():
         if fmt not in FORMATS:
             raise typer.BadParameter(f"--format must be one of {', '.join(FORMATS)}")
@@ -310,6 +312,8 @@ def decode(
     progress: str = ProgressOpt,
 ):
     """Token ids back to the exact bytes."""
+    from .formats import load_any
+    from .ids_io import FORMATS, read_ids
     with user_errors():
         if fmt not in FORMATS:
             raise typer.BadParameter(f"--format must be one of {', '.join(FORMATS)}")
@@ -340,6 +344,8 @@ def decode(
 @app.command()
 def info(tokenizer: str = TokOpt, as_json: bool = typer.Option(False, "--json", help="Machine-readable output.")):
     """Vocabulary size, merges, special tokens, pretokenizer, tie-break and rules digest."""
+    from .formats import load_any
+    from .formats.native import rules_digest
     with user_errors():
         stdout_binary()
         tok = load_any(tokenizer)
@@ -404,6 +410,7 @@ def export(
     """Write the tokenizer in a format other tools load directly."""
     from .formats import export_tokenizer, export_warnings
 
+    from .formats import load_any
     with user_errors():
         tok = load_any(tokenizer)
         for written in export_tokenizer(tok, fmt, output, vocab_size, like):
@@ -425,6 +432,7 @@ def eval_(
     """Bytes, tokens, bytes/token, compression ratio, encode MB/s and a round-trip check."""
     from .evaluate import compare, evaluate
 
+    from .formats import load_any
     with user_errors():
         stdout_binary()
         prefixes = None

@@ -2,7 +2,8 @@
 
 A :class:`CountTable` counts the pretokens of the bytes it is fed (``feed(data, pattern)``,
 for the patterns of ``bpe_stream.scan``), takes counts one by one (``add``) or packed
-(``merge``), and gives them as one ``bytes`` object (``pack``) or a dict (``to_dict``).
+(``merge``), and gives them as one ``bytes`` object (``pack``), a dict (``to_dict``) or two
+lists in key order (``sorted_items``, what the store adds in one pass).
 The packed form -- for each entry, in insertion order, a little-endian u32 length, the
 pretoken's bytes and a little-endian u64 count -- lets a worker hand its partial counts to
 the parent without a Python object per pretoken.
@@ -15,7 +16,7 @@ in C, counts in native memory) when the extension is built, and :class:`PyCountT
 from __future__ import annotations
 
 import struct
-from typing import Dict, Iterator, Mapping, Tuple
+from typing import Dict, Iterator, List, Mapping, Tuple
 
 from .scan import scan_with_regex
 
@@ -98,6 +99,11 @@ class PyCountTable:
 
     def to_dict(self) -> Dict[bytes, int]:
         return dict(self._counts)
+
+    def sorted_items(self) -> Tuple[List[bytes], List[int]]:
+        """The keys in increasing order and their counts: ``([b"a", b"ab"], [3, 1])``."""
+        keys = sorted(self._counts)
+        return keys, list(map(self._counts.__getitem__, keys))
 
     def clear(self) -> None:
         self._counts.clear()

@@ -23,12 +23,12 @@ from .counting import DocumentCounter, count_range, make_settings, merge_counts
 from .estimate import MODEL_SPREAD, default_budget, estimate_disk_train_memory, estimate_scratch_bytes, estimate_train_memory
 from .extend import Extension
 from .memory_engines import _fastbpe, memory_engine
-from .merge_engine import MergeEngine
+from .merge_engine import MergeEngine, WordArrays
 from .disk_engine import DiskEngine
 from .store import Store, StoreError
 from .store_checkpoint import Checkpointer, read_checkpoint, write_checkpoint  # noqa: F401  (also imported from here)
 from .tokenizer import Tokenizer
-from .train_driver import Checkpoints, ProgressFn, drive
+from .train_driver import CHECKPOINT_EVERY, Checkpoints, ProgressFn, drive
 from .trainer import TrainConfig, TrainError, Trainer, TrainResult
 
 
@@ -133,7 +133,7 @@ def plan_training(
     unique = store.unique_words(txn)
     unique_bytes = totals.get("unique_bytes")
     if unique_bytes is None or (unique and not unique_bytes):  # a store from before the total existed
-        unique_bytes = sum(len(w) for w, _ in store.iter_words(txn))
+        unique_bytes = sum(sum(map(len, pretokens)) for pretokens, _ in store.iter_word_blocks(txn))
     symbols = unique_bytes + (unique if config.end_of_word is not None else 0)
     fingerprint = _fingerprint(settings, totals, config)
     # 3. The forced prefix: the merges of --from, or those of the checkpoint (--resume).
@@ -240,10 +240,14 @@ def load_engine(store: Store, plan: TrainPlan, txn) -> MergeEngine:
     """The plan's engine with the store's words loaded, read in ``txn`` (the plan's)."""
     config = plan.config
     tokens, marker = config.base_tokens(), config.marker_id()
-    words = store.iter_words(txn, max(1, config.min_word_count))
+    min_count = max(1, config.min_word_count)
     if plan.extension is not None:  # the words as the tokenizer encodes them (marker included)
         tokens, marker = plan.extension.tokens, None
-        words = plan.extension.word_arrays(words)
+        words = plan.extension.word_arrays(store.iter_words(txn, min_count))
+    else:
+        words = WordArrays(marker)
+        for pretokens, counts in store.iter_word_blocks(txn, min_count):
+            words.add_columns(pretokens, counts)
     if plan.engine == "disk":
         engine = DiskEngine(tokens, marker, config.tie_break, _scratch_dir(store))
     else:
@@ -262,7 +266,7 @@ def run_plan(
     engine: MergeEngine,
     on_progress: Optional[ProgressFn] = None,
     *,
-    checkpoint_every: int = 1000,
+    checkpoint_every: int = CHECKPOINT_EVERY,
     checkpoint_seconds: float = 30.0,
 ) -> Tuple[Tokenizer, TrainResult]:
     """Runs the merges of ``plan`` on its loaded ``engine`` (closed after), checkpointing
@@ -294,7 +298,7 @@ def train_from_store(
     path: str = "auto",
     resume: bool = False,
     from_tokenizer: Optional[Tokenizer] = None,
-    checkpoint_every: int = 1000,
+    checkpoint_every: int = CHECKPOINT_EVERY,
     checkpoint_seconds: float = 30.0,
     on_message: Callable[[str], None] = lambda m: None,
 ) -> Tuple[Tokenizer, TrainResult]:

@@ -32,6 +32,7 @@ from __future__ import annotations
 import fcntl
 import os
 import struct
+import zlib
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Tuple
 
@@ -112,10 +113,10 @@ class PrefixDigest:
 def feed(path: str, start: int, end: int, digest: PrefixDigest,
          stops: Tuple[int, ...] = ()) -> Tuple[bytes, Dict[int, "PrefixDigest"]]:
     """Feeds bytes ``[start, end)`` of ``path`` into ``digest`` (which is at ``start``); returns
-    the BLAKE2b of the range itself (what :func:`range_hasher` gives for it) and copies of
+    the :class:`RangeCheck` of the range itself and copies of
     ``digest`` at each offset of ``stops`` on the way.  A file shorter than ``end`` is an
     InputError."""
-    own = range_hasher()
+    own = RangeCheck()
     taken: Dict[int, PrefixDigest] = {}
     marks = sorted(s for s in set(stops) if start <= s <= end)
     pos = start
@@ -136,8 +137,28 @@ def feed(path: str, start: int, end: int, digest: PrefixDigest,
 
 
 def range_hasher():
-    """What a counting unit feeds the bytes of its range into (``count_range``)."""
+    """The BLAKE2b that a compressed or structured input's identity is (``documents``)."""
     return blake2b(digest_size=DIGEST_SIZE)
+
+
+class RangeCheck:
+    """What a counting unit feeds the bytes of its range into (``count_range``), and the
+    parent the same range as it hashes the file (:func:`feed`): equal checks say the worker
+    counted the bytes the file's record stands for.  Only a check against a change while
+    counting, never kept: CRC-32 and Adler-32 (zlib's, ~2 GB/s), where a second BLAKE2b of
+    every byte cost the parent a third of its time (0.16 s of CPU per 100 MB)."""
+
+    __slots__ = ("crc", "adler")
+
+    def __init__(self):
+        self.crc, self.adler = 0, 1
+
+    def update(self, data) -> None:
+        self.crc = zlib.crc32(data, self.crc)
+        self.adler = zlib.adler32(data, self.adler)
+
+    def digest(self) -> bytes:
+        return self.crc.to_bytes(4, "little") + self.adler.to_bytes(4, "little")
 
 
 def _prefix_digest(path: str, offset: int, cut: int) -> Tuple[bytes, PrefixDigest]:

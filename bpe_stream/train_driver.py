@@ -62,6 +62,14 @@ class MergeLog:
         return zip(it, it, it)
 
 
+# Merges between checkpoints (or CHECKPOINT_SECONDS, whichever comes first).  Each is a
+# commit with a sync: every 1,000 merges, a 32,768 vocabulary made 32 of them, 0.3-0.5 s of
+# a 1.5 s training on code_25M; a kill loses at most this many merges (under a second of
+# work in memory) or the seconds.
+CHECKPOINT_EVERY = 10_000
+CHECKPOINT_SECONDS = 30.0
+
+
 @dataclass
 class Checkpoints:
     """When a run saves its merges: after a batch once ``every`` merges were made since the
@@ -70,8 +78,8 @@ class Checkpoints:
     new).  ``clock``: seconds, monotonic (a seam for tests)."""
 
     save: Callable[[MergeLog], None]
-    every: int = 1000
-    seconds: float = 30.0
+    every: int = CHECKPOINT_EVERY
+    seconds: float = CHECKPOINT_SECONDS
     clock: Callable[[], float] = time.monotonic
 
 

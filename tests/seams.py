@@ -14,7 +14,7 @@ Settings of the library turned down, so that small inputs behave like large ones
   several batches; ``chunk_bytes``: reads of that many bytes instead of 1 MiB;
 * ``initial_map``: the store's first LMDB map size, so that the map has to grow;
 * ``stage_chunk_keys``: batches over that many keys are staged and applied one chunk of keys
-  per transaction (``store.STAGE_CHUNK_KEYS``);
+  per transaction (``store.STAGE_CHUNK_KEYS``, with no larger chunks for small stores);
 * ``hwm_file``: at exit, write the process's peak resident memory (VmHWM, kB) to this file.
 
 Points of the work, each counted from 1 in this process (``"commit:3"`` is the third):
@@ -142,6 +142,7 @@ if "initial_map" in knobs:
     store._INITIAL_MAP_SIZE = knobs["initial_map"]
 if "stage_chunk_keys" in knobs:
     store.STAGE_CHUNK_KEYS = knobs["stage_chunk_keys"]
+    store.STAGE_DIRTY_PAGES = 0  # that many keys a chunk, however small the store
 if "hwm_file" in knobs:
     import atexit
 

@@ -155,3 +155,17 @@ def test_without_the_extension_everything_falls_back_to_regex():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, check=True).stdout
     assert out.strip() == "[(b' a', 1), (b' b', 1), (b'a', 1), (b'\\xff', 1)] [b'x', b' ', b' y']"
+
+
+@pytest.mark.parametrize("make", TABLES)
+@given(counts=st.dictionaries(st.binary(max_size=12) | st.sampled_from([b"", b"\x00", b"a", b"a\x00", b"\xff" * 9]),
+                              st.integers(1, 1 << 40), max_size=60))
+def test_sorted_items_are_the_entries_in_bytes_order(make, counts):
+    """Keys that share their first 8 bytes, a key before the longer ones it begins, bytes
+    over 0x7f (unsigned order): what ``sorted`` of Python's bytes gives, and so LMDB's order."""
+    table = make()
+    for key, count in counts.items():
+        table.add(key, count)
+    keys, values = table.sorted_items()
+    assert keys == sorted(counts) and values == [counts[k] for k in keys]
+    assert table.to_dict() == counts  # unchanged

@@ -288,6 +288,22 @@ def test_the_cache_stays_bounded_and_never_changes_an_id(toks, twins):
     assert enc.text_cached == 2  # 64 bytes: cached
 
 
+def test_a_full_cache_keeps_its_pretokens_until_as_many_more_have_missed(toks):
+    """Full, the cache keeps what it holds (the first pretokens, mostly the frequent ones)
+    while the next ones are merged uncached; after as many misses as it holds it is emptied
+    and fills again -- the ids the same throughout."""
+    tok = toks["gpt2-plain"]
+    enc = small_encoder(tok, 4)
+    texts = [b"a b c d", b" e f g h", b" b c", b" i", b" j k"]
+    counts = []
+    for text in texts:
+        out, n = enc.encode_text(text)
+        assert array("I", out).tolist() == native_list(tok, text)
+        counts.append(enc.text_cached)
+    # full after 4; 4 misses refused; hits; the 5th miss empties it (" i" then cached); then 2 more
+    assert counts == [4, 4, 4, 1, 3]
+
+
 def test_a_huge_text_then_small_ones(toks):
     """Past BS_TE_KEEP_IDS ids the encoder lets its buffer go after the call; the next calls
     make a new one."""

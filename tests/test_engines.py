@@ -238,3 +238,18 @@ def test_disk_engine_trains_under_an_address_space_limit(tmp_path):
     assert res.returncode == 0, res.stderr
     memory = train({b"abababcab": 5, b"cabbage": 3, b"abc": 2}, "c", num_merges=6)
     assert res.stdout.strip() == str([(a, b, c) for (a, b), c in zip(memory.merges, memory.merge_counts)])
+
+
+@given(words=st.lists(st.tuples(st.binary(max_size=6), st.integers(0, 50)), max_size=40),
+       min_count=st.integers(0, 10), split=st.integers(0, 40))
+def test_word_arrays_from_columns_equal_word_by_word(words, min_count, split):
+    """WordArrays.add_columns (C loops) builds the arrays that add does pair by pair, over
+    any number of blocks: words of one byte and counts below min_count left out."""
+    from bpe_stream.merge_engine import WordArrays
+
+    one, columns = WordArrays(), WordArrays()
+    one.add(words, min_count)
+    for block in (words[:split], words[split:]):
+        columns.add_columns([w for w, _ in block], [n for _, n in block], min_count)
+    assert (bytes(columns.symbols), list(columns.ends), list(columns.freqs)) == \
+        (bytes(one.symbols), list(one.ends), list(one.freqs))

@@ -399,3 +399,23 @@ def test_a_grown_file_whose_old_counts_the_store_no_longer_holds_is_one_error(tm
         out.write(b"gate")
     _one_error(_count(store, f, cwd=tmp_path), str(store), "--recount")
     assert H.file_digest(store / "data.mdb") == before
+
+
+@given(data=st.binary(max_size=3000), cuts=st.lists(st.integers(0, 3000), max_size=6), flip=st.integers(0, 2999))
+def test_a_range_check_is_the_same_for_any_chunking_and_differs_after_a_byte_changes(data, cuts, flip):
+    """The worker's and the parent's checks of one range (fed in different blocks) agree;
+    after a changed byte they do not (CRC-32 catches every error within 32 bits)."""
+    from bpe_stream.sources import RangeCheck
+
+    whole, parts = RangeCheck(), RangeCheck()
+    whole.update(data)
+    at = 0
+    for cut in sorted(c for c in cuts if c <= len(data)) + [len(data)]:
+        parts.update(data[at:cut])
+        at = cut
+    assert whole.digest() == parts.digest() and len(whole.digest()) == 8
+    if data:
+        i = flip % len(data)
+        changed = RangeCheck()
+        changed.update(data[:i] + bytes([data[i] ^ 0x5A]) + data[i + 1:])
+        assert changed.digest() != whole.digest()

@@ -154,6 +154,44 @@ def test_long_pretokens_and_key_size_boundary(store_dir):
         assert st_.count_of(b"c" * 600 + b"x") == 1 and st_.count_of(b"c" * 600 + b"y") == 2
 
 
+_keys = st.binary(max_size=10) | st.binary(min_size=500, max_size=520)  # around max_key (511): the digest side
+
+
+@fewer_examples(30)
+@given(batches=st.lists(st.dictionaries(_keys, st.integers(1, 1 << 40), max_size=40), min_size=1, max_size=4),
+       sorted_form=st.booleans(), dirty_pages=st.sampled_from([0, 1, 8192]), data=st.data())
+def test_batches_add_up_in_any_form_and_any_transaction_size(tmp_path, monkeypatch, batches, sorted_form, dirty_pages,
+                                                              data):
+    """add_batch of a dict or of sorted lists (``SortedCounts``), in one transaction or staged
+    (the store's dirty-page allowance), then counts taken back one by one: the store holds the
+    sums, its totals the distinct pretokens and their bytes."""
+    monkeypatch.setattr(store_mod, "STAGE_CHUNK_KEYS", 3)
+    monkeypatch.setattr(store_mod, "STAGE_DIRTY_PAGES", dirty_pages)
+    want = Counter()
+    with Store.open(Path(tempfile.mkdtemp(dir=tmp_path)) / "s", create=True) as st_:
+        st_.ensure_settings(GPT2)
+        for counts in batches:
+            form = store_mod.SortedCounts(sorted(counts), [counts[k] for k in sorted(counts)]) if sorted_form else counts
+            st_.add_batch(form, {}, {"pretokens": sum(counts.values())})
+            want.update(counts)
+        taken = data.draw(st.lists(st.sampled_from(sorted(want)), unique=True)) if want else []
+        for key in taken:  # the one-by-one path (a negative count takes a count back)
+            n = want.pop(key)
+            st_.add_batch({key: -n}, {}, {"pretokens": -n})
+        assert all_words(st_) == dict(want)
+        totals = st_.totals()
+        assert totals["unique"] == len(want) and totals["unique_bytes"] == sum(map(len, want))
+
+
+def test_a_count_that_is_not_8_bytes_is_damage(store_dir):
+    with Store.open(store_dir, create=True) as st_:
+        st_.ensure_settings(GPT2)
+        add(st_, {b"ab": 1})
+        st_.write(lambda txn: txn.put(b"ab", b"\x01" * 7, db=st_.db["words"]))
+        with pytest.raises(StoreError, match="damaged"):
+            add(st_, {b"ab": 1, b"cd": 2})
+
+
 def test_counts_above_32_bits(store_dir):
     big = 2**33 + 5
     with Store.open(store_dir, create=True) as st_:
@@ -395,6 +433,7 @@ def test_staged_batches_equal_whole_ones_even_when_cut_off(tmp_path, monkeypatch
     assert expected[3] is False
 
     monkeypatch.setattr(store_mod, "STAGE_CHUNK_KEYS", chunk_keys)
+    monkeypatch.setattr(store_mod, "STAGE_DIRTY_PAGES", 0)
     cut_at = data.draw(st.integers(0, len(batches) - 1))
     real_apply = Store._apply_one_chunk
     for i, counts in enumerate(batches):
@@ -438,6 +477,7 @@ def test_a_reader_finishes_a_staged_batch_while_its_writer_is_at_it(store_dir, m
         st_.ensure_settings(GPT2)
         st_.add_batch({b"w0000": 5}, {}, {})
     monkeypatch.setattr(store_mod, "STAGE_CHUNK_KEYS", 4)
+    monkeypatch.setattr(store_mod, "STAGE_DIRTY_PAGES", 0)
     steps = []
     with Store.open(store_dir) as st_:
         real_write = st_.write
@@ -461,6 +501,7 @@ def test_a_reader_finishes_a_staged_batch_while_its_writer_is_at_it(store_dir, m
 
 def test_a_reader_that_cannot_finish_a_staged_batch_says_how(store_dir, monkeypatch, cli):
     monkeypatch.setattr(store_mod, "STAGE_CHUNK_KEYS", 2)
+    monkeypatch.setattr(store_mod, "STAGE_DIRTY_PAGES", 0)
     with Store.open(store_dir, create=True) as st_:
         st_.ensure_settings(GPT2)
         monkeypatch.setattr(Store, "_apply_one_chunk", lambda self, txn: (_ for _ in ()).throw(KeyboardInterrupt()))
@@ -567,3 +608,46 @@ def test_resolve_settings_takes_the_recorded_ones_for_what_is_not_given():
     assert resolve_settings(dict(nothing, max_token_bytes=128), recorded)["max_token_bytes"] == 128
     with pytest.raises(ValueError):
         resolve_settings(dict(nothing, pretokenizer=""))  # checked, as make_settings checks
+
+
+def test_a_file_is_cut_into_at_least_four_ranges_a_worker(tmp_path, monkeypatch):
+    """balanced_range: 4 ranges a worker where the file allows it (never below the minimum,
+    never more than range_bytes, one worker keeps range_bytes); the store is the same."""
+    from bpe_stream import counting
+
+    assert counting.balanced_range(8 << 20, 20_000_000, 2) == 2_500_000
+    assert counting.balanced_range(8 << 20, 20_000_000, 1) == 8 << 20
+    assert counting.balanced_range(8 << 20, 1 << 30, 2) == 8 << 20
+    assert counting.balanced_range(8 << 20, 100, 2) == counting.MIN_BALANCED_RANGE
+    monkeypatch.setattr(counting, "MIN_BALANCED_RANGE", 64)
+    path = tmp_path / "doc.txt"
+    path.write_bytes(b"".join(b"word%d and more words, " % (i % 97) for i in range(400)))
+    planned = []
+    real = counting.file_ranges
+    monkeypatch.setattr(counting, "file_ranges", lambda *a: planned.append(a[5]) or real(*a))
+    words = []
+    for workers in (1, 2):
+        with Store.open(tmp_path / f"s{workers}", create=True) as st_:
+            count_sources(st_, [Source.from_arg(str(path))], GPT2, workers=workers, range_bytes=4096)
+            words.append(all_words(st_))
+    size = path.stat().st_size
+    assert planned == [4096, -(-size // 8)] and words[0] == words[1]
+
+
+@fewer_examples(30)
+@given(counts=st.dictionaries(_keys, st.integers(1, 1000), max_size=30), block=st.integers(1, 8),
+       min_count=st.integers(1, 500))
+def test_word_blocks_are_the_words_in_order(tmp_path, counts, block, min_count):
+    """iter_word_blocks: the pretokens with counts >= min_count in blocks of at most
+    ``block``, short ones in byte order and then the long ones -- what iter_words yields."""
+    with Store.open(Path(tempfile.mkdtemp(dir=tmp_path)) / "s", create=True) as st_:
+        st_.ensure_settings(GPT2)
+        st_.add_batch(counts, {}, {"pretokens": sum(counts.values())})
+        with st_.reader() as txn:
+            blocks = list(st_.iter_word_blocks(txn, min_count, block=block))
+            pairs = list(st_.iter_words(txn, min_count))
+    assert all(0 < len(keys) == len(ns) <= block for keys, ns in blocks)
+    flat = [(k, n) for keys, ns in blocks for k, n in zip(keys, ns)]
+    assert flat == pairs and dict(flat) == {k: n for k, n in counts.items() if n >= min_count}
+    short = [k for k, _ in flat if 0 < len(k) <= 511]
+    assert short == sorted(short) and flat[:len(short)] == [(k, counts[k]) for k in short]

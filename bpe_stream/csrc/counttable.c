@@ -258,6 +258,35 @@ void bs_ct_entry(const bs_counttable *t, size_t i, const uint8_t **key, size_t *
     *count = e->count;
 }
 
+typedef struct {
+    uint64_t head; /* the key's first 8 bytes, big-endian: comparing these orders most keys */
+    const uint8_t *key;
+    uint32_t len, index;
+} sort_item;
+
+static int compare_items(const void *pa, const void *pb) {
+    const sort_item *a = pa, *b = pb;
+    if (a->head != b->head) return a->head < b->head ? -1 : 1;
+    size_t n = a->len < b->len ? a->len : b->len;
+    int c = n > 8 ? memcmp(a->key + 8, b->key + 8, n - 8) : 0;
+    if (c) return c;
+    return a->len < b->len ? -1 : (a->len > b->len);
+}
+
+int bs_ct_sorted(const bs_counttable *t, uint32_t *order) {
+    if (t->n == 0) return BS_CT_OK;
+    sort_item *items = malloc(t->n * sizeof *items);
+    if (!items) return BS_CT_ENOMEM;
+    for (size_t i = 0; i < t->n; i++) {
+        const entry_t *e = &t->entries[i];
+        items[i] = (sort_item){__builtin_bswap64(e->head), t->keys + e->off, e->len, (uint32_t)i};
+    }
+    qsort(items, t->n, sizeof *items, compare_items);
+    for (size_t i = 0; i < t->n; i++) order[i] = items[i].index;
+    free(items);
+    return BS_CT_OK;
+}
+
 size_t bs_ct_packed_size(const bs_counttable *t) { return t->keys_len + BS_CT_PACKED_OVERHEAD * t->n; }
 
 static inline uint8_t *put_le(uint8_t *out, uint64_t v, int bytes) {
@@ -280,16 +309,49 @@ void bs_ct_pack(const bs_counttable *t, uint8_t *out) {
     }
 }
 
-int bs_ct_merge_packed(bs_counttable *t, const uint8_t *buf, size_t len) {
-    size_t off = 0;
-    while (off < len) {
-        if (len - off < 4) return BS_CT_EPACKED;
-        uint64_t klen = get_le(buf + off, 4);
-        if (len - off - 4 < 8 || klen > len - off - 4 - 8) return BS_CT_EPACKED;
-        const uint8_t *key = buf + off + 4;
-        int rc = bs_ct_add(t, key, (size_t)klen, get_le(key + klen, 8));
+/* Adds a batch of parsed packed entries, prefetching as add_spans does. */
+static int add_batch(bs_counttable *t, const uint8_t *const *keys, const size_t *lens, const uint64_t *counts,
+                     size_t count) {
+    uint64_t heads[SPAN_BATCH], hashes[SPAN_BATCH];
+    for (size_t k = 0; k < count; k++) {
+        heads[k] = load_head(keys[k], lens[k]);
+        hashes[k] = hash_key(keys[k], lens[k], heads[k]);
+        PREFETCH(&t->slots[first_slot(t, hashes[k])]);
+    }
+    for (size_t k = 0; k < count; k++) {
+        if (k + ENTRY_AHEAD < count) prefetch_entry(t, hashes[k + ENTRY_AHEAD]);
+        int rc = add_hashed(t, keys[k], lens[k], heads[k], hashes[k], counts[k]);
         if (rc != BS_CT_OK) return rc;
-        off += 4 + klen + 8;
     }
     return BS_CT_OK;
+}
+
+int bs_ct_merge_packed(bs_counttable *t, const uint8_t *buf, size_t len) {
+    const uint8_t *keys[SPAN_BATCH];
+    size_t lens[SPAN_BATCH];
+    uint64_t counts[SPAN_BATCH];
+    size_t off = 0, n = 0;
+    int rc = BS_CT_OK;
+    while (off < len) {
+        if (len - off < 4) {
+            rc = BS_CT_EPACKED;
+            break;
+        }
+        uint64_t klen = get_le(buf + off, 4);
+        if (len - off - 4 < 8 || klen > len - off - 4 - 8) {
+            rc = BS_CT_EPACKED;
+            break;
+        }
+        keys[n] = buf + off + 4;
+        lens[n] = (size_t)klen;
+        counts[n] = get_le(keys[n] + klen, 8);
+        off += 4 + klen + 8;
+        if (++n == SPAN_BATCH) {
+            if ((rc = add_batch(t, keys, lens, counts, n)) != BS_CT_OK) return rc;
+            n = 0;
+        }
+    }
+    /* the entries before a fault are merged, as the header says */
+    int added = add_batch(t, keys, lens, counts, n);
+    return added != BS_CT_OK ? added : rc;
 }

@@ -47,6 +47,11 @@ int bs_ct_feed(bs_counttable *t, int pattern, size_t max_bytes, const uint8_t *d
  * table changes. */
 void bs_ct_entry(const bs_counttable *t, size_t i, const uint8_t **key, size_t *len, uint64_t *count);
 
+/* Fills order[0:bs_ct_len) with the entries' indexes in the order of their keys: bytes
+ * compared as memcmp does, a key before every longer one it begins (Python's bytes order,
+ * and LMDB's default key order).  BS_CT_ENOMEM if its scratch cannot be allocated. */
+int bs_ct_sorted(const bs_counttable *t, uint32_t *order);
+
 /* The size of the packed form, and the packing itself into out[0:bs_ct_packed_size). */
 size_t bs_ct_packed_size(const bs_counttable *t);
 void bs_ct_pack(const bs_counttable *t, uint8_t *out);

@@ -24,6 +24,7 @@ struct bs_idcache {
     uint32_t *arena;
     size_t used, cap; /* words */
     uint64_t generation;
+    uint32_t refused; /* pretokens not cached since the cache filled */
 };
 
 #define ARENA_WORDS (BS_IDCACHE_MAX_BYTES / 4u)
@@ -139,13 +140,24 @@ static void empty(bs_idcache *c) {
     memset(c->slots, 0, (c->mask + 1) * sizeof(uint64_t));
     c->n = 0;
     c->used = 0;
+    c->refused = 0;
     c->generation++;
 }
 
 int bs_idcache_put(bs_idcache *c, const uint8_t *key, size_t len, uint64_t hash, const uint32_t *ids, size_t n_ids) {
     if (len > BS_IDCACHE_MAX_KEY || n_ids > BS_IDCACHE_MAX_KEY + 1 || !c->max_entries) return BS_OK;
     size_t words = KEY_WORDS(len) + n_ids;
-    if (c->n >= c->max_entries || c->used + words > ARENA_WORDS) empty(c);
+    if (c->n >= c->max_entries || c->used + words > ARENA_WORDS) {
+        /* Full: the pretokens it holds came first and are mostly the frequent ones, so the
+         * next ones are merged uncached -- until as many have been as it holds, when it is
+         * emptied and fills again (text whose words change keeps a cache of its own).
+         * Emptying it at once re-merged every frequent pretoken each time it filled. */
+        if (c->refused < c->max_entries) {
+            c->refused++;
+            return BS_OK;
+        }
+        empty(c);
+    }
     if (c->used + words > c->cap) {
         c->generation++; /* the arena may move */
         BS_RESERVE_OR_RETURN(c->arena, c->cap, c->used + words, 1024, ARENA_WORDS);

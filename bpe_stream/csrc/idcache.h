@@ -4,8 +4,9 @@
  * Most pretokens of a text have been seen before; their ids are looked up here instead of
  * merged again.  The memory stays bounded on text that never repeats: pretokens longer
  * than BS_IDCACHE_MAX_KEY bytes are not cached (they are rare and seldom repeat), and
- * when the cache holds max_entries entries, or its keys
- * and ids BS_IDCACHE_MAX_BYTES bytes, it is emptied and fills again from the next one.
+ * when the cache holds max_entries entries, or its keys and ids BS_IDCACHE_MAX_BYTES
+ * bytes, the next pretokens go uncached until as many have as it holds; then it is emptied
+ * and fills again.
  * In all at most 48 * max_entries bytes of slots and entries, and BS_IDCACHE_MAX_BYTES of
  * keys and ids.
  */

@@ -713,6 +713,47 @@ static PyObject *table_to_dict(CountTableObject *self, PyObject *unused) {
     return dict;
 }
 
+PyDoc_STRVAR(sorted_items_doc, "sorted_items() -> (keys, counts)\n\n"
+                               "The pretokens (a list of bytes, in increasing order) and their counts (a list of\n"
+                               "int, in the same order): what ``sorted(table.to_dict().items())`` unzips to.");
+
+static PyObject *table_sorted_items(CountTableObject *self, PyObject *unused) {
+    size_t n = bs_ct_len(self->table);
+    if (n > (size_t)PY_SSIZE_T_MAX / sizeof(uint32_t)) return PyErr_NoMemory();
+    uint32_t *order = PyMem_Malloc((n ? n : 1) * sizeof *order);
+    if (!order) return PyErr_NoMemory();
+    int rc = bs_ct_sorted(self->table, order);
+    if (rc != BS_CT_OK) {
+        PyMem_Free(order);
+        return table_error(rc);
+    }
+    PyObject *keys = PyList_New((Py_ssize_t)n), *counts = keys ? PyList_New((Py_ssize_t)n) : NULL;
+    for (size_t i = 0; counts && i < n; i++) {
+        const uint8_t *key;
+        size_t len;
+        uint64_t count;
+        bs_ct_entry(self->table, order[i], &key, &len, &count);
+        PyObject *k = PyBytes_FromStringAndSize((const char *)key, (Py_ssize_t)len);
+        PyObject *v = k ? PyLong_FromUnsignedLongLong(count) : NULL;
+        if (!v) {
+            Py_XDECREF(k);
+            Py_CLEAR(counts);
+            break;
+        }
+        PyList_SET_ITEM(keys, (Py_ssize_t)i, k);
+        PyList_SET_ITEM(counts, (Py_ssize_t)i, v);
+    }
+    PyMem_Free(order);
+    if (!counts) {
+        Py_XDECREF(keys);
+        return NULL;
+    }
+    PyObject *result = PyTuple_Pack(2, keys, counts);
+    Py_DECREF(keys);
+    Py_DECREF(counts);
+    return result;
+}
+
 static PyObject *table_clear(CountTableObject *self, PyObject *unused) {
     bs_ct_clear(self->table);
     Py_RETURN_NONE;
@@ -730,6 +771,7 @@ static PyMethodDef table_methods[] = {
     {"merge", (PyCFunction)(void (*)(void))table_merge, METH_VARARGS | METH_KEYWORDS, merge_doc},
     {"pack", (PyCFunction)table_pack, METH_NOARGS, pack_doc},
     {"to_dict", (PyCFunction)table_to_dict, METH_NOARGS, to_dict_doc},
+    {"sorted_items", (PyCFunction)table_sorted_items, METH_NOARGS, sorted_items_doc},
     {"clear", (PyCFunction)table_clear, METH_NOARGS, "clear()\n\nRemoves every entry."},
     {NULL, NULL, 0, NULL},
 };
