@@ -24,7 +24,8 @@ Points of the work, each counted from 1 in this process (``"commit:3"`` is the t
   batch (``Store._apply_one_chunk``): the batch is then half applied;
 * ``checkpoint``: right after a training checkpoint was committed (``Checkpointer.save``);
 * ``open``: right after ``lmdb.open`` returned (in ``Store.open`` and ``Store.remap``);
-* ``read``: when a reader starts iterating the words (``Store.iter_words``): its read
+* ``read``: when a reader starts iterating the words (``Store.iter_word_blocks``, which
+  ``Store.iter_words`` reads through): its read
   transaction is open and has given the header, the words are still to come;
 * ``output``: right after a ``write`` to the temporary file of an atomic output;
 * ``replace``: just *before* an ``os.replace`` or directory exchange (``atomic._exchange``)
@@ -205,13 +206,13 @@ if "open" in wanted:
     store.lmdb.open = after("open", store.lmdb.open)
 
 if "read" in wanted:
-    real_iter_words = store.Store.iter_words
+    real_iter_word_blocks = store.Store.iter_word_blocks  # (iter_words reads through it)
 
-    def iter_words(self, txn, *args, **kwargs):
+    def iter_word_blocks(self, txn, *args, **kwargs):
         reached("read")
-        yield from real_iter_words(self, txn, *args, **kwargs)
+        yield from real_iter_word_blocks(self, txn, *args, **kwargs)
 
-    store.Store.iter_words = iter_words
+    store.Store.iter_word_blocks = iter_word_blocks
 
 if "output" in wanted:
     import bpe_stream.atomic as atomic
