@@ -232,6 +232,10 @@ def _check_not_truncated(data_file: str, size: int) -> None:
         raise StoreError(f"the store file {data_file} is truncated ({size} bytes); restore it from a copy")
     with open(data_file, "rb") as f:
         head = f.read(2 * 65536)
+        # The size after the meta pages were read: another process may be committing now, and
+        # LMDB writes the pages before the meta page that names them, so a size taken
+        # before (the caller's) can be short of what the meta pages read after name.
+        size = max(size, os.fstat(f.fileno()).st_size)
     # Each meta page: page header (16 bytes), then MDB_meta: magic u32, version u32, address
     # u64, mapsize u64, two MDB_db of 48 bytes, last_pg u64, txnid u64.
     psize = None

@@ -651,3 +651,21 @@ def test_word_blocks_are_the_words_in_order(tmp_path, counts, block, min_count):
     assert flat == pairs and dict(flat) == {k: n for k, n in counts.items() if n >= min_count}
     short = [k for k, _ in flat if 0 < len(k) <= 511]
     assert short == sorted(short) and flat[:len(short)] == [(k, counts[k]) for k in short]
+
+
+def test_the_truncation_check_takes_the_size_after_reading_the_meta_pages(store_dir):
+    """Store.open took the file's size, then read the meta pages: a count committing in
+    between (two counts on a new store) made pages the size did not cover, and the check
+    called a whole store truncated.  A size taken before the read that is short of what the
+    meta pages name is not damage while the file itself holds them."""
+    with Store.open(store_dir, create=True) as st_:
+        st_.ensure_settings(GPT2)
+        st_.add_batch({b"w%d" % i: 1 for i in range(3000)}, {}, {"pretokens": 3000})
+    data = os.path.join(store_dir, "data.mdb")
+    size = os.path.getsize(data)
+    assert size > 4 * 4096
+    store_mod._check_not_truncated(data, 2 * 4096)  # a size from before the last commits
+    with open(data, "r+b") as f:  # truly cut short: still damage
+        f.truncate(size - 4096)
+    with pytest.raises(StoreError, match="truncated"):
+        store_mod._check_not_truncated(data, size - 4096)
