@@ -3,19 +3,24 @@
 Calibrated 2026-12-02 with the CLI (``train``, peak anonymous memory of the process sampled
 by benchmarks/measure.py; vocab 32,768 unless said; tokenizers identical on both paths):
 
-    store (distinct pretokens, symbols)       in memory   estimate   disk path   estimate
-    generated 80 MB (1.18M, 15.0M)              477 MB     499 MB      50 MB      52 MB
-      the same, vocab 12,000                    414 MB     499 MB      50 MB      52 MB
-    multi_25M (516k, 11.8M)                     422 MB     388 MB      45 MB      50 MB
-    en_100M, first 50 MB (187k, 1.5M)            67 MB      74 MB      44 MB      45 MB
-    code_25M (104k, 0.93M)                       52 MB      55 MB      44 MB      45 MB
+    store (distinct pretokens, symbols)       in memory   estimate   disk path*  estimate
+    generated 80 MB (1.18M, 15.0M)              477 MB     499 MB      50 MB      54 MB
+      the same, vocab 12,000                    414 MB     499 MB      50 MB      54 MB
+    multi_25M (516k, 11.8M)                     422 MB     388 MB      45 MB      44 MB
+    en_100M, first 50 MB (187k, 1.5M)            67 MB      74 MB      44 MB      44 MB
+    code_25M (104k, 0.93M)                       52 MB      55 MB      44 MB      44 MB
+    generated 400 MB (5.15M, 70.4M)               --         --      158 MB     172 MB
+
+    * with every table in the scratch file (quota 0; the 400 MB row: the peak before the
+      loop takes the words).  With a quota (:func:`scratch_quota`) the arena adds up to the
+      quota to it, which is the rest of the budget.
 
 In memory, memory follows the symbols: a 16-byte position record, the occurrence lists
 (4 bytes an entry, more as merges make pairs) and the pair records; long words (the
 multilingual text) hold more distinct pairs per symbol, hence its -8%.  The path choice
 leaves MODEL_SPREAD for that.  On disk the same tables are in the scratch file
 (:func:`estimate_scratch_bytes` of disk) and the anonymous memory is the interpreter and the
-words on their way in.  The pure-Python fallback needs several times more (not calibrated
+words on their way in, plus what the budget leaves of the tables (the positions first).  The pure-Python fallback needs several times more (not calibrated
 again: it is the reference, not a path for large corpora).
 """
 
