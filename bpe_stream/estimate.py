@@ -3,19 +3,24 @@
 Calibrated 2026-12-02 with the CLI (``train``, peak anonymous memory of the process sampled
 by benchmarks/measure.py; vocab 32,768 unless said; tokenizers identical on both paths):
 
-    store (distinct pretokens, symbols)       in memory   estimate   disk path   estimate
-    generated 80 MB (1.18M, 15.0M)              477 MB     499 MB      50 MB      52 MB
-      the same, vocab 12,000                    414 MB     499 MB      50 MB      52 MB
-    multi_25M (516k, 11.8M)                     422 MB     388 MB      45 MB      50 MB
-    en_100M, first 50 MB (187k, 1.5M)            67 MB      74 MB      44 MB      45 MB
-    code_25M (104k, 0.93M)                       52 MB      55 MB      44 MB      45 MB
+    store (distinct pretokens, symbols)       in memory   estimate   disk path*  estimate
+    generated 80 MB (1.18M, 15.0M)              477 MB     499 MB      50 MB      54 MB
+      the same, vocab 12,000                    414 MB     499 MB      50 MB      54 MB
+    multi_25M (516k, 11.8M)                     422 MB     388 MB      45 MB      44 MB
+    en_100M, first 50 MB (187k, 1.5M)            67 MB      74 MB      44 MB      44 MB
+    code_25M (104k, 0.93M)                       52 MB      55 MB      44 MB      44 MB
+    generated 400 MB (5.15M, 70.4M)               --         --      158 MB     172 MB
+
+    * with every table in the scratch file (quota 0; the 400 MB row: the peak before the
+      loop takes the words).  With a quota (:func:`scratch_quota`) the arena adds up to the
+      quota to it, which is the rest of the budget.
 
 In memory, memory follows the symbols: a 16-byte position record, the occurrence lists
 (4 bytes an entry, more as merges make pairs) and the pair records; long words (the
 multilingual text) hold more distinct pairs per symbol, hence its -8%.  The path choice
 leaves MODEL_SPREAD for that.  On disk the same tables are in the scratch file
 (:func:`estimate_scratch_bytes` of disk) and the anonymous memory is the interpreter and the
-words on their way in.  The pure-Python fallback needs several times more (not calibrated
+words on their way in, plus what the budget leaves of the tables (the positions first).  The pure-Python fallback needs several times more (not calibrated
 again: it is the reference, not a path for large corpora).
 """
 
@@ -32,10 +37,17 @@ PY_BASE = 48 << 20
 PY_PER_SYMBOL = 90
 PY_PER_WORD = 400
 # out-of-core path: the interpreter with the store, the checkpoint writer and the scratch
-# file's bookkeeping, and the word arrays on their way in (built and handed over in
-# stretches: half a byte a symbol measured, two with 4-byte symbols)
-DISK_BASE = 42 << 20
-DISK_PER_SYMBOL_HALVES = 1
+# file's bookkeeping (DISK_BASE, the floor measured on small stores), and while loading, the
+# interpreter (DISK_LOAD_BASE) with the words' arrays on their way in: one byte a symbol (four
+# with 4-byte symbols) and 16 a word (its end offset and count), measured 158 MB on 400 MB of
+# generated text (5.15M, 70.4M) against 172 MB estimated
+DISK_BASE = 44 << 20
+DISK_LOAD_BASE = 20 << 20
+DISK_PER_WORD = 16
+# the disk path keeps up to the rest of the budget of its tables in anonymous memory (the
+# positions first, see csrc/filearena.h), less this margin (see scratch_quota)
+QUOTA_MARGIN = 16 << 20
+QUOTA_SHARE = 32
 
 
 def estimate_train_memory(unique_pretokens: int, total_symbols: int, engine: str = "c") -> int:
@@ -46,9 +58,25 @@ def estimate_train_memory(unique_pretokens: int, total_symbols: int, engine: str
 
 
 def estimate_disk_train_memory(unique_pretokens: int, total_symbols: int, wide: bool = False) -> int:
-    """Bytes of anonymous memory the out-of-core trainer needs: the words on their way into
-    the scratch file (``wide``: four bytes a symbol instead of one)."""
-    return DISK_BASE + (4 if wide else 1) * DISK_PER_SYMBOL_HALVES * total_symbols // 2
+    """Bytes of anonymous memory the out-of-core trainer needs besides the tables it keeps in
+    memory (:func:`scratch_quota`): the interpreter, and the words on their way into the
+    scratch file (``wide``: four bytes a symbol instead of one)."""
+    return max(DISK_BASE, DISK_LOAD_BASE + (4 if wide else 1) * total_symbols + DISK_PER_WORD * unique_pretokens)
+
+
+def scratch_quota(budget: int, disk_need: int) -> int:
+    """Bytes of the disk path's tables that stay in anonymous memory while the words load: the
+    budget less what the rest of the process needs then (``disk_need``,
+    :func:`estimate_disk_train_memory`) and a margin of QUOTA_MARGIN and 1/QUOTA_SHARE of the
+    budget (the allocator's slack, the interpreter's growth); 0 when nothing is left.  The file
+    arena never holds more than this there."""
+    return max(0, budget - disk_need - QUOTA_MARGIN - budget // QUOTA_SHARE)
+
+
+def scratch_run_quota(budget: int) -> int:
+    """The same once the words are loaded (their arrays gone): the budget less DISK_BASE and
+    the margin."""
+    return scratch_quota(budget, DISK_BASE)
 
 
 def estimate_scratch_bytes(unique_pretokens: int, total_symbols: int) -> int:

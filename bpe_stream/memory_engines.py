@@ -157,12 +157,14 @@ class CEngine:
     """The C merge loop (``_fastbpe.MergeLoop``): occurrence lists, see ``csrc/merge_loop.c``."""
 
     def __init__(self, tokens: Sequence[bytes], marker_id: Optional[int], tie_break: str,
-                 scratch_dir: Optional[str] = None):
-        """``scratch_dir``: the loop's tables in a scratch file there (``disk_engine``)."""
+                 scratch_dir: Optional[str] = None, scratch_quota: int = 0):
+        """``scratch_dir``: the loop's tables in a scratch file there (``disk_engine``), except
+        up to ``scratch_quota`` bytes of them kept in anonymous memory."""
         if _fastbpe is None:
             raise TrainError("the C trainer is not built here; use engine='python'")
         self.marker_id = marker_id
-        self.loop = _fastbpe.MergeLoop(tokens=list(tokens), tie_break=tie_break, scratch_dir=scratch_dir)
+        self.loop = _fastbpe.MergeLoop(tokens=list(tokens), tie_break=tie_break, scratch_dir=scratch_dir,
+                                      scratch_quota=scratch_quota)
 
     @_too_large()
     def load(self, words: Words) -> None:

@@ -20,7 +20,8 @@ from dataclasses import dataclass
 from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 from .counting import DocumentCounter, count_range, make_settings, merge_counts
-from .estimate import MODEL_SPREAD, default_budget, estimate_disk_train_memory, estimate_scratch_bytes, estimate_train_memory
+from .estimate import (DISK_BASE, MODEL_SPREAD, default_budget, estimate_disk_train_memory, estimate_scratch_bytes, estimate_train_memory,
+                       scratch_quota, scratch_run_quota)
 from .extend import Extension
 from .memory_engines import _fastbpe, memory_engine
 from .merge_engine import MergeEngine, WordArrays
@@ -97,6 +98,8 @@ class TrainPlan:
     symbols: int  # ... and their symbols
     memory_estimate: int  # bytes the in-memory engine needs
     disk_estimate: int  # bytes of anonymous memory the disk path needs (its tables are in a scratch file)
+    scratch_quota: int  # bytes of the disk path's tables kept in anonymous memory while loading (the rest of the budget)
+    scratch_run_quota: int  # ... and after, while merging
     messages: Tuple[str, ...]  # what the run says on stderr before it starts, in order
 
 
@@ -162,10 +165,14 @@ def plan_training(
     )
     wide = config.end_of_word is not None or extension is not None
     disk_need = estimate_disk_train_memory(unique, symbols, wide)
+    quota, run_quota = scratch_quota(budget, disk_need), scratch_run_quota(budget)
     if path == "disk":
+        scratch = estimate_scratch_bytes(unique, symbols)
         messages.append(
-            f"the tables go to a scratch file beside the store (about {estimate_scratch_bytes(unique, symbols) / 1e6:,.0f} "
-            f"MB of disk, mapped: page cache, not part of the budget); in memory about {disk_need / 1e6:,.0f} MB"
+            f"the tables go to a scratch file beside the store (about {scratch / 1e6:,.0f} MB of disk, mapped: page "
+            f"cache, not part of the budget) except up to {min(run_quota, scratch) / 1e6:,.0f} MB of them kept in "
+            f"memory (the rest of the budget, the positions first: every merge rewrites them); in memory about "
+            f"{max(disk_need + min(quota, scratch), DISK_BASE + min(run_quota, scratch)) / 1e6:,.0f} MB"
         )
         if disk_need > budget:
             # Below the interpreter and the words on their way in nothing can go: say what
@@ -181,7 +188,8 @@ def plan_training(
     return TrainPlan(
         config=config, settings=settings, limit=limit, fingerprint=fingerprint, forced=tuple(forced),
         extension=extension, resumed=resumed, path=path, reason=reason, engine=engine, budget=budget, unique=unique, symbols=symbols,
-        memory_estimate=need, disk_estimate=disk_need, messages=tuple(messages),
+        memory_estimate=need, disk_estimate=disk_need, scratch_quota=quota, scratch_run_quota=run_quota,
+        messages=tuple(messages),
     )
 
 
@@ -249,7 +257,8 @@ def load_engine(store: Store, plan: TrainPlan, txn) -> MergeEngine:
         for pretokens, counts in store.iter_word_blocks(txn, min_count):
             words.add_columns(pretokens, counts)
     if plan.engine == "disk":
-        engine = DiskEngine(tokens, marker, config.tie_break, _scratch_dir(store))
+        engine = DiskEngine(tokens, marker, config.tie_break, _scratch_dir(store), plan.scratch_quota,
+                            plan.scratch_run_quota)
     else:
         engine = memory_engine(plan.engine, tokens, marker, config.tie_break)
     try:

@@ -253,3 +253,85 @@ def test_word_arrays_from_columns_equal_word_by_word(words, min_count, split):
         columns.add_columns([w for w, _ in block], [n for _, n in block], min_count)
     assert (bytes(columns.symbols), list(columns.ends), list(columns.freqs)) == \
         (bytes(one.symbols), list(one.ends), list(one.freqs))
+
+
+# -- the disk engine's anonymous quota (the budget before the disk) ---------------------
+@given(words=words_st, tie=st.sampled_from(TIE_BREAKS), n=st.integers(0, 40), eow=st.sampled_from([None, "</w>"]),
+       quota=st.sampled_from([0, 1 << 12, 40 << 10, 1 << 17, 1 << 20, 64 << 20]))
+def test_disk_path_with_a_quota_equals_memory(tmp_path, words, tie, n, eow, quota):
+    """Whatever share of the tables the quota keeps in anonymous memory, the merges and their
+    counts are the in-memory engine's (tie-breaks, end of word, a special token), and the
+    arena never holds more than the quota there."""
+    kw = dict(num_merges=n, tie_break=tie, end_of_word=eow, special_tokens=["<s>"])
+    memory = train(words, "c", **kw)
+    cfg = config(**kw)
+    base = cfg.base_vocab()
+    engine = DiskEngine([base[i] for i in range(len(base))], cfg.marker_id(), tie,
+                        str(tmp_path / f"scratch{random.random()}"), quota)
+    try:
+        engine.load(sorted(words.items()))
+        from bpe_stream.train_driver import drive
+
+        done = list(drive(engine, cfg.max_merges(), 1, []))
+        stats = engine.memory()
+    finally:
+        engine.close()
+    assert [(a, b) for a, b, _ in done] == memory.merges
+    assert [c for _, _, c in done] == memory.merge_counts
+    assert stats["anon_quota"] == quota // 4096 * 4096
+    assert stats["anon_bytes"] <= stats["peak_anon_bytes"] <= quota
+    if quota == 0:  # today's arena: every block in the file
+        assert stats["peak_anon_bytes"] == 0 and stats["moved_to_file"] == stats["moved_to_anon"] == 0
+
+
+def quota_words():
+    rng = random.Random(7)
+    return {bytes(rng.choice(b"abcab") for _ in range(rng.randint(2, 14))): rng.randint(1, 9) for _ in range(30_000)}
+
+
+@pytest.mark.parametrize("quota, run_quota", [(1 << 20, None), (1 << 20, 3 << 20), (5 << 20, None)])
+def test_disk_engine_quota_splits_the_tables_and_moves_blocks_exactly(tmp_path, quota, run_quota):
+    """Quotas below the tables' size (positions 2.9 MB, the rest about 4 MB): the positions
+    take the quota first -- split between memory and the file when they do not fit, and moved
+    further into memory when the quota is raised after the load --, the other tables fill what
+    is left, growing blocks move from memory to the file (and back once a freed table made
+    room); the peak stays within the quota and every merge is the in-memory engine's."""
+    words = quota_words()
+    tokens = [bytes([i]) for i in range(256)]
+    top = max(quota, run_quota or 0)
+    moved = [0, 0]
+    for tie in TIE_BREAKS:
+        memory = train(words, "c", num_merges=400, tie_break=tie)
+        engine = DiskEngine(tokens, None, tie, str(tmp_path / f"s-{tie}"), quota, run_quota)
+        try:
+            engine.load(sorted(words.items()))
+            loaded = engine.memory()
+            done = engine.merge_best(400, 1)
+            stats = engine.memory()
+        finally:
+            engine.close()
+        assert [(a, b) for a, b, _ in done] == memory.merges and [c for _, _, c in done] == memory.merge_counts
+        # both sides hold blocks; memory holds the quota, or all the positions when they fit
+        assert loaded["disk_bytes"] > 0 and min(top, 2_900_000) - (64 << 10) <= loaded["anon_bytes"] <= top
+        assert stats["peak_anon_bytes"] <= top and stats["anon_bytes"] <= top and stats["anon_quota"] == top
+        moved[0] += stats["moved_to_file"]
+        moved[1] += stats["moved_to_anon"]
+    if quota == 1 << 20 and run_quota is None:  # the positions alone hold the quota: nothing else moves
+        assert moved == [0, 0]
+    else:
+        assert moved[0] > 0 and (moved[1] > 0 or run_quota is None)
+
+
+def test_disk_engine_with_room_for_every_table_keeps_them_all_in_memory(tmp_path):
+    """A quota larger than the tables: the file holds the frequencies alone (written once,
+    read for rare huge counts) and no block moves to it."""
+    words = quota_words()
+    engine = DiskEngine([bytes([i]) for i in range(256)], None, "max-bytes", str(tmp_path / "s"), 256 << 20)
+    try:
+        engine.load(sorted(words.items()))
+        engine.merge_best(400, 1)
+        stats = engine.memory()
+    finally:
+        engine.close()
+    assert stats["moved_to_file"] == 0 and 0 < stats["peak_anon_bytes"] <= 256 << 20
+    assert stats["peak_disk_bytes"] == 16 << 20  # one extent: 30,000 frequencies

@@ -79,6 +79,12 @@ def test_the_path_follows_the_budget_or_the_option(counted):
     assert "smallest budget that holds it is --max-memory" in small.messages[2]
     asked = plan(counted, path="disk", max_memory=4 << 30)
     assert (asked.path, asked.reason, len(asked.messages)) == ("disk", "as asked", 2)
+    # the budget before the disk: up to the rest of the budget of the tables stays in memory,
+    # while loading (the words' arrays beside it) and after; nothing when no budget is left
+    assert small.scratch_quota == small.scratch_run_quota == 0
+    assert 0 < asked.scratch_quota <= asked.scratch_run_quota
+    assert asked.disk_estimate + asked.scratch_quota <= asked.scratch_run_quota + (44 << 20) < 4 << 30
+    assert "kept in memory" in asked.messages[1]
     python = plan(counted, engine="python", max_memory=4 << 30)
     assert (python.path, python.engine) == ("memory", "python")
     assert python.memory_estimate > plan(counted, max_memory=4 << 30).memory_estimate  # the Python engine's needs

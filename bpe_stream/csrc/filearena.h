@@ -13,6 +13,14 @@
  * (below): they use the arena made current with BS_ARENA_SCOPE, else the C library; freeing
  * or growing a block goes back to whichever of the two it came from (an arena owns one
  * address range), so code that runs both in and out of an arena needs no flag.
+ *
+ * The budget before the disk: an arena opened with an anonymous quota serves blocks from
+ * anonymous memory while the bytes it holds there stay within the quota, and from the file
+ * beyond it (see filearena.c).  Tables the merge loop dirties at random on every merge gain
+ * most from anonymous memory: once the file's dirty pages pass the kernel's dirty limits,
+ * every write fault on the mapping is throttled while the flusher rewrites pages the loop
+ * dirties again.  Large tables touched only here and there are allocated under
+ * BS_ARENA_COLD_SCOPE, which sends them to the file and leaves the quota to the others.
  */
 #ifndef BPE_STREAM_FILEARENA_H
 #define BPE_STREAM_FILEARENA_H
@@ -23,16 +31,27 @@
 typedef struct FileArena FileArena;
 
 /* Opens an arena whose scratch file lives in `dir`, reserving `reserve` bytes of address
- * space (0: a default of 1 TiB; nothing is allocated on disk until used).  NULL with errno
- * set when the file or the mapping cannot be made. */
+ * space (0: a default of 1 TiB; nothing is allocated on disk until used).  Its anonymous quota
+ * is 0 (every block in the file) until file_arena_set_quota.  NULL with errno set when the
+ * file or the mapping cannot be made. */
 FileArena *file_arena_open(const char *dir, uint64_t reserve);
 void file_arena_close(FileArena *a);
 
 typedef struct {
     uint64_t file;      /* bytes the scratch file holds on disk (allocated extents) */
     uint64_t peak_file; /* the most it held */
+    uint64_t anon;      /* bytes of anonymous memory the arena's blocks hold (their pages) */
+    uint64_t peak_anon; /* the most they held: never above anon_quota */
+    uint64_t anon_quota;
+    uint64_t moved_to_file, moved_to_anon; /* blocks bs_realloc moved from one side to the other */
 } FileArenaStats;
 void file_arena_stats(const FileArena *a, FileArenaStats *out);
+
+/* Sets the anonymous quota: up to that many bytes (rounded down to pages) of the blocks from
+ * now on in anonymous memory, never less than the arena holds there now.  The first quota
+ * reserves the anonymous space (4 times the quota of address space); a raised quota first
+ * moves more of the split blocks' pages (BS_ARENA_SPLIT) from the file into memory. */
+void file_arena_set_quota(FileArena *a, uint64_t quota);
 
 /* The errno of the last allocation that failed for want of disk (ENOSPC, EDQUOT, ...), 0 if none. */
 int file_arena_error(const FileArena *a);
@@ -46,6 +65,18 @@ extern _Thread_local FileArena *bs_current_arena;
     FileArena *bs_arena_saved_ __attribute__((cleanup(bs_arena_restore))) = bs_current_arena; \
     bs_current_arena = (arena)
 static inline void bs_arena_restore(FileArena **saved) { bs_current_arena = *saved; }
+
+/* Where an arena with a quota puts the blocks allocated on this thread: BS_ARENA_HOT (the
+ * default) in anonymous memory while the quota allows, else in the file; BS_ARENA_COLD in the
+ * file; BS_ARENA_SPLIT like HOT, except that a large block that does not fit the quota goes to
+ * the file with as many of its first pages as the quota leaves in anonymous memory.  Set for a
+ * block of code with BS_ARENA_HINT_SCOPE(hint). */
+enum { BS_ARENA_HOT = 0, BS_ARENA_COLD = 1, BS_ARENA_SPLIT = 2 };
+extern _Thread_local int bs_arena_hint;
+#define BS_ARENA_HINT_SCOPE(hint)                                                           \
+    int bs_arena_hint_saved_ __attribute__((cleanup(bs_arena_hint_restore))) = bs_arena_hint; \
+    bs_arena_hint = (hint)
+static inline void bs_arena_hint_restore(int *saved) { bs_arena_hint = *saved; }
 
 void *bs_malloc(size_t n);
 void *bs_calloc(size_t n, size_t size);

@@ -116,6 +116,10 @@ void merge_loop_free(MergeLoop *m) {
     free(m);
 }
 
+void merge_loop_set_quota(MergeLoop *m, uint64_t quota) {
+    if (m->arena) file_arena_set_quota(m->arena, quota);
+}
+
 int merge_loop_disk_error(const MergeLoop *m) { return m->arena ? file_arena_error(m->arena) : 0; }
 
 int merge_loop_add_token(MergeLoop *m, const uint8_t *data, size_t len) {
@@ -128,10 +132,15 @@ void merge_loop_stats(const MergeLoop *m, MergeLoopStats *out) {
     out->merged = m->merged;
     out->pairs = m->ps.n_recs;
     out->heap = m->ps.heap_len;
-    FileArenaStats fs = {0, 0};
+    FileArenaStats fs = {0, 0, 0, 0, 0, 0, 0};
     if (m->arena) file_arena_stats(m->arena, &fs);
     out->disk_bytes = fs.file;
     out->peak_disk_bytes = fs.peak_file;
+    out->anon_bytes = fs.anon;
+    out->peak_anon_bytes = fs.peak_anon;
+    out->anon_quota = fs.anon_quota;
+    out->moved_to_file = fs.moved_to_file;
+    out->moved_to_anon = fs.moved_to_anon;
 }
 
 #define IN_SYM(i) (width == 1 ? (uint32_t)in_sym8[i] : in_sym32[i])
@@ -147,8 +156,17 @@ int merge_loop_load(MergeLoop *m, const void *symbols, int width, uint64_t n_pos
     const uint32_t *in_sym32 = (const uint32_t *)symbols;
     const uint8_t *in_sym8 = (const uint8_t *)symbols;
     m->n_pos = n_pos;
-    m->nodes = (Node *)bs_realloc_n(NULL, n_pos ? n_pos : 1, sizeof(Node));
-    m->freq = (int64_t *)bs_realloc_n(NULL, n_words ? n_words : 1, sizeof(int64_t));
+    {
+        /* In a file arena with an anonymous quota (filearena.h) the positions take it first,
+         * split between memory and the file when they do not fit: each merge rewrites the
+         * positions it merges, scattered over the array, so in the early merges nearly
+         * every page of it -- the table that costs most writeback per byte in the file.  The
+         * frequencies, written once and read for rare huge counts, go to the file. */
+        BS_ARENA_HINT_SCOPE(BS_ARENA_SPLIT);
+        m->nodes = (Node *)bs_realloc_n(NULL, n_pos ? n_pos : 1, sizeof(Node));
+        bs_arena_hint = BS_ARENA_COLD;
+        m->freq = (int64_t *)bs_realloc_n(NULL, n_words ? n_words : 1, sizeof(int64_t));
+    }
     uint32_t *small = (uint32_t *)bs_malloc(SMALL * SMALL * sizeof(uint32_t));
     if (!m->nodes || !m->freq || !small) { bs_free(small); return BS_NO_MEMORY; }
     if (n_words) memcpy(m->freq, freqs, n_words * sizeof(int64_t));

@@ -25,13 +25,16 @@ typedef struct {
     uint32_t pairs;          /* pair records */
     uint64_t heap;           /* heap entries left */
     uint64_t disk_bytes, peak_disk_bytes; /* of the arena's file, if any (now, at most) */
+    uint64_t anon_bytes, peak_anon_bytes, anon_quota; /* the arena's anonymous blocks (now, at most, limit) */
+    uint64_t moved_to_file, moved_to_anon;             /* blocks the arena moved on growth (filearena.h) */
 } MergeLoopStats;
 
 /* NULL with *status set when it cannot (a tie-break that is none, no memory).  With an
  * `arena` (filearena.h; the loop takes it over, and closes it even when it fails) every
  * table of the loop -- positions, pair records and their lists, the heap -- lives in the
  * arena's scratch file instead of the process's anonymous memory: same merges, memory the
- * kernel may write back and drop. */
+ * kernel may write back and drop -- except those the arena keeps in anonymous memory
+ * within its quota (filearena.h), the hot tables first. */
 MergeLoop *merge_loop_new(int tie_break, FileArena *arena, int *status);
 /* The errno of the arena's last failure for want of disk (ENOSPC ...), else 0: a call that
  * returned BS_NO_MEMORY then failed for that. */
@@ -60,5 +63,8 @@ int merge_loop_merge_given(MergeLoop *m, const uint32_t *pairs, uint64_t n, int6
 int merge_loop_merge_best(MergeLoop *m, uint64_t n, int64_t min_count, uint32_t *pairs, int64_t *counts,
                           uint64_t *done);
 void merge_loop_stats(const MergeLoop *m, MergeLoopStats *out);
+/* The anonymous quota of the loop's arena (filearena.h's file_arena_set_quota; nothing without
+ * an arena): raised after the load, when the caller's copy of the words is gone. */
+void merge_loop_set_quota(MergeLoop *m, uint64_t quota);
 
 #endif

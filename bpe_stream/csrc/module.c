@@ -97,11 +97,13 @@ static void MergeLoop_dealloc(MergeLoopObject *self) {
 }
 
 static int MergeLoop_init(MergeLoopObject *self, PyObject *args, PyObject *kwds) {
-    static char *kwlist[] = {"tokens", "tie_break", "scratch_dir", NULL};
+    static char *kwlist[] = {"tokens", "tie_break", "scratch_dir", "scratch_quota", NULL};
     PyObject *tokens, *scratch = Py_None;
     const char *tie_name;
+    unsigned long long quota = 0;
     int rule, rc;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!s|O", kwlist, &PyList_Type, &tokens, &tie_name, &scratch)) return -1;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!s|OK", kwlist, &PyList_Type, &tokens, &tie_name, &scratch, &quota))
+        return -1;
     if ((rule = tie_break_number(tie_name)) < 0) return -1;
     FileArena *arena = NULL;
     if (scratch != Py_None) {
@@ -114,6 +116,7 @@ static int MergeLoop_init(MergeLoopObject *self, PyObject *args, PyObject *kwds)
             return -1;
         }
         Py_DECREF(path);
+        file_arena_set_quota(arena, (uint64_t)quota);
     }
     merge_loop_free(self->m);
     self->m = merge_loop_new(rule, arena, &rc);
@@ -255,11 +258,25 @@ static PyObject *MergeLoop_stats(MergeLoopObject *self, PyObject *noargs) {
     if (!m) return NULL;
     MergeLoopStats st;
     merge_loop_stats(m, &st);
-    return Py_BuildValue("{s:K,s:K,s:I,s:K,s:d,s:d,s:K,s:K}", "visits", (unsigned long long)st.visits, "merged",
+    return Py_BuildValue("{s:K,s:K,s:I,s:K,s:d,s:d,s:K,s:K,s:K,s:K,s:K,s:K,s:K}", "visits", (unsigned long long)st.visits, "merged",
                          (unsigned long long)st.merged, "pairs", st.pairs, "heap", (unsigned long long)st.heap,
                          "load_seconds", self->load_seconds, "merge_seconds", self->merge_seconds,
                          "disk_bytes", (unsigned long long)st.disk_bytes,
-                         "peak_disk_bytes", (unsigned long long)st.peak_disk_bytes);
+                         "peak_disk_bytes", (unsigned long long)st.peak_disk_bytes,
+                         "anon_bytes", (unsigned long long)st.anon_bytes,
+                         "peak_anon_bytes", (unsigned long long)st.peak_anon_bytes,
+                         "anon_quota", (unsigned long long)st.anon_quota,
+                         "moved_to_file", (unsigned long long)st.moved_to_file,
+                         "moved_to_anon", (unsigned long long)st.moved_to_anon);
+}
+
+static PyObject *MergeLoop_set_quota(MergeLoopObject *self, PyObject *arg) {
+    MergeLoop *m = loop_of(self);
+    if (!m) return NULL;
+    unsigned long long q = PyLong_AsUnsignedLongLong(arg);
+    if (q == (unsigned long long)-1 && PyErr_Occurred()) return NULL;
+    merge_loop_set_quota(m, (uint64_t)q);
+    Py_RETURN_NONE;
 }
 
 #define KW (METH_VARARGS | METH_KEYWORDS)
@@ -274,8 +291,13 @@ static PyMethodDef MergeLoop_methods[] = {
     {"merge_best", (PyCFunction)(void (*)(void))MergeLoop_merge_best, KW,
      "merge_best(n, min_count) -> [(left, right, count), ...]: up to n merges of the best pair, fewer when\n"
      "no pair reaches min_count."},
+    {"set_quota", (PyCFunction)MergeLoop_set_quota, METH_O,
+     "set_quota(bytes): the scratch file's anonymous quota from now on (raised: more of the positions move\n"
+     "from the file into memory); no effect without scratch_dir."},
     {"stats", (PyCFunction)MergeLoop_stats, METH_NOARGS,
-     "Occurrences visited and merged, pairs, heap entries, and the seconds spent loading and merging."},
+     "Occurrences visited and merged, pairs, heap entries, the seconds spent loading and merging, and the\n"
+     "scratch file's bytes (disk_bytes, peak_disk_bytes) and anonymous bytes (anon_bytes, peak_anon_bytes,\n"
+     "anon_quota; moved_to_file, moved_to_anon: blocks moved between them as they grew)."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -287,7 +309,8 @@ static PyTypeObject MergeLoopType = {
     .tp_doc = "MergeLoop(tokens, tie_break, scratch_dir=None): the merge loop (tokens: the bytes of ids 0..n-1;\n"
               "merges take the ids after them).  load once, then merge_given / merge_best in any order.\n"
               "scratch_dir: keep every table in an unnamed scratch file there (file-backed pages, not\n"
-              "anonymous memory); a full disk is OSError(ENOSPC).",
+              "anonymous memory) except up to scratch_quota bytes (default 0) kept in anonymous memory, the\n"
+              "tables every merge dirties first; a full disk is OSError(ENOSPC).",
     .tp_new = PyType_GenericNew,
     .tp_init = (initproc)MergeLoop_init,
     .tp_dealloc = (destructor)MergeLoop_dealloc,
