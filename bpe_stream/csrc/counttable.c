@@ -219,23 +219,45 @@ static inline void prefetch_entry(const bs_counttable *t, uint64_t hash) {
         }
     }
 }
+/* Up to SPAN_BATCH keys to add, hashed, their slots prefetched (batch_put), then added
+ * with their entries prefetched a few keys ahead (add_keys): feed's pretokens and a
+ * packed table's entries alike. */
+typedef struct {
+    const uint8_t *key[SPAN_BATCH];
+    size_t len[SPAN_BATCH];
+    uint64_t head[SPAN_BATCH], hash[SPAN_BATCH], n[SPAN_BATCH];
+} key_batch;
+
+static inline void batch_put(const bs_counttable *t, key_batch *b, size_t k, const uint8_t *key, size_t len,
+                             uint64_t head, uint64_t n) {
+    b->key[k] = key;
+    b->len[k] = len;
+    b->head[k] = head;
+    b->hash[k] = hash_key(key, len, head);
+    b->n[k] = n;
+    PREFETCH(&t->slots[first_slot(t, b->hash[k])]);
+}
+
+/* Adds the batch's first `count` keys; *added gets how many were, also when one fails. */
+static int add_keys(bs_counttable *t, const key_batch *b, size_t count, uint64_t *added) {
+    for (size_t k = 0; k < count; k++) {
+        if (k + ENTRY_AHEAD < count) prefetch_entry(t, b->hash[k + ENTRY_AHEAD]);
+        int rc = add_hashed(t, b->key[k], b->len[k], b->head[k], b->hash[k], b->n[k]);
+        if (rc != BS_CT_OK) return rc;
+        ++*added;
+    }
+    return BS_CT_OK;
+}
+
 static int add_spans(bs_counttable *t, const uint8_t *data, size_t data_len, const bs_span *spans, size_t count,
                      uint64_t *counted) {
-    uint64_t heads[SPAN_BATCH], hashes[SPAN_BATCH];
+    key_batch b;
     for (size_t k = 0; k < count; k++) {
         const uint8_t *key = data + spans[k].start;
         size_t len = spans[k].end - spans[k].start;
-        heads[k] = data_len - spans[k].start >= 8 ? load_head_readable(key, len) : load_head(key, len);
-        hashes[k] = hash_key(key, len, heads[k]);
-        PREFETCH(&t->slots[first_slot(t, hashes[k])]);
+        batch_put(t, &b, k, key, len, data_len - spans[k].start >= 8 ? load_head_readable(key, len) : load_head(key, len), 1);
     }
-    for (size_t k = 0; k < count; k++) {
-        if (k + ENTRY_AHEAD < count) prefetch_entry(t, hashes[k + ENTRY_AHEAD]);
-        int rc = add_hashed(t, data + spans[k].start, spans[k].end - spans[k].start, heads[k], hashes[k], 1);
-        if (rc != BS_CT_OK) return rc;
-        ++*counted;
-    }
-    return BS_CT_OK;
+    return add_keys(t, &b, count, counted);
 }
 
 int bs_ct_feed(bs_counttable *t, int pattern, size_t max_bytes, const uint8_t *data, size_t len, uint64_t *pretokens) {
@@ -309,49 +331,26 @@ void bs_ct_pack(const bs_counttable *t, uint8_t *out) {
     }
 }
 
-/* Adds a batch of parsed packed entries, prefetching as add_spans does. */
-static int add_batch(bs_counttable *t, const uint8_t *const *keys, const size_t *lens, const uint64_t *counts,
-                     size_t count) {
-    uint64_t heads[SPAN_BATCH], hashes[SPAN_BATCH];
-    for (size_t k = 0; k < count; k++) {
-        heads[k] = load_head(keys[k], lens[k]);
-        hashes[k] = hash_key(keys[k], lens[k], heads[k]);
-        PREFETCH(&t->slots[first_slot(t, hashes[k])]);
-    }
-    for (size_t k = 0; k < count; k++) {
-        if (k + ENTRY_AHEAD < count) prefetch_entry(t, hashes[k + ENTRY_AHEAD]);
-        int rc = add_hashed(t, keys[k], lens[k], heads[k], hashes[k], counts[k]);
-        if (rc != BS_CT_OK) return rc;
-    }
-    return BS_CT_OK;
-}
-
 int bs_ct_merge_packed(bs_counttable *t, const uint8_t *buf, size_t len) {
-    const uint8_t *keys[SPAN_BATCH];
-    size_t lens[SPAN_BATCH];
-    uint64_t counts[SPAN_BATCH];
+    key_batch b;
     size_t off = 0, n = 0;
+    uint64_t added = 0;
     int rc = BS_CT_OK;
     while (off < len) {
-        if (len - off < 4) {
+        if (len - off < 4 || len - off - 4 < 8 || get_le(buf + off, 4) > len - off - 4 - 8) {
             rc = BS_CT_EPACKED;
             break;
         }
-        uint64_t klen = get_le(buf + off, 4);
-        if (len - off - 4 < 8 || klen > len - off - 4 - 8) {
-            rc = BS_CT_EPACKED;
-            break;
-        }
-        keys[n] = buf + off + 4;
-        lens[n] = (size_t)klen;
-        counts[n] = get_le(keys[n] + klen, 8);
+        size_t klen = (size_t)get_le(buf + off, 4);
+        const uint8_t *key = buf + off + 4;
+        batch_put(t, &b, n, key, klen, load_head(key, klen), get_le(key + klen, 8));
         off += 4 + klen + 8;
         if (++n == SPAN_BATCH) {
-            if ((rc = add_batch(t, keys, lens, counts, n)) != BS_CT_OK) return rc;
+            if ((rc = add_keys(t, &b, n, &added)) != BS_CT_OK) return rc;
             n = 0;
         }
     }
     /* the entries before a fault are merged, as the header says */
-    int added = add_batch(t, keys, lens, counts, n);
-    return added != BS_CT_OK ? added : rc;
+    int last = add_keys(t, &b, n, &added);
+    return last != BS_CT_OK ? last : rc;
 }
