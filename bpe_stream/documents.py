@@ -34,7 +34,6 @@ import sys
 from dataclasses import dataclass, replace
 from typing import BinaryIO, Callable, Iterator, List, Optional, Tuple
 
-from .pretokenize import Pretokenizer
 from .reader import CHUNK_BYTES, STDIN, InputError, Source, from_bytes, invalid_utf8_message
 from .scan import first_invalid_utf8
 from .streaming import byte_pieces
@@ -503,7 +502,7 @@ class Piece:
 def count_pieces(source: Source, form: InputForm, start: int, settings: dict, strict: bool, skip_bad: bool,
                  piece_bytes: int, hasher=None) -> Iterator[Piece]:
     """The tasks that count ``source`` from ``start`` (uncompressed offset, or row groups) on."""
-    from .counting import count_data_piece, count_jsonl_piece, count_parquet_group
+    from .counting import count_data_piece, count_jsonl_piece, count_parquet_group, pretokenizer_of
 
     if form.records == "parquet":
         groups = parquet_row_groups(source.name)
@@ -547,11 +546,11 @@ def count_pieces(source: Source, form: InputForm, start: int, settings: dict, st
             yield pending
             return
         # The whole document as one piece for a pretokenizer whose ranges cannot be counted
-        # apart (``none``, ``regex:``), as for a plain file.
-        pre = Pretokenizer.from_name(settings["pretokenizer"])
+        # apart (``none``, ``regex:``), as for a plain file; with the store's cap, a run with no
+        # other cut is cut between its pieces, so a piece stays bounded.
         specials = [s.encode("utf-8") for s in settings["special_tokens"]]
         pending = None
-        for data, at in byte_pieces(stream, pre, specials, piece_bytes, CHUNK_BYTES, offset):
+        for data, at in byte_pieces(stream, pretokenizer_of(settings), specials, piece_bytes, CHUNK_BYTES, offset):
             if pending is not None:
                 yield pending
             pending = Piece(count_data_piece, (data, settings, strict, at), at + len(data), raw.bytes, False)

@@ -506,3 +506,24 @@ def test_documents_module_reads_what_it_is_given(tmp_path):
     (tmp_path / "f.txt.zst").write_bytes(frames)
     texts = [doc.read() for doc in iter_documents(Source.from_arg(str(tmp_path / "f.txt.zst")), InputForm("zstd"))]
     assert texts == [b"one two"]
+
+
+def test_a_run_without_cuts_in_a_compressed_file_is_cut_between_its_capped_pieces(tmp_path):
+    """A 3 MB run of one character in a .gz file: the parent cuts the decompressed text with
+    the store's cap (between the run's pieces of max_token_bytes), so no piece holds the whole
+    run, and the store is the plain file's."""
+    from bpe_stream.documents import count_pieces, with_form
+
+    text = b"some words first " + b"x" * 3_000_000 + b" and words after"
+    (tmp_path / "run.txt").write_bytes(text)
+    (tmp_path / "run.txt.gz").write_bytes(compress(text, "gz"))
+    settings = make_settings("gpt2", [EOT], max_token_bytes=64)
+    source = with_form(Source.from_arg(str(tmp_path / "run.txt.gz")), "auto", "text", "text")
+    sizes = [len(piece.args[0]) for piece in count_pieces(source, source.form, 0, settings, False, False, 4096)]
+    assert sum(sizes) == len(text) and max(sizes) < 2_000_000  # (uncapped: one piece of 3 MB)
+    stores = []
+    for name in ("run.txt", "run.txt.gz"):
+        with Store.open(str(tmp_path / f"s-{name}"), create=True) as st:
+            count_sources(st, [Source.from_arg(str(tmp_path / name))], settings, range_bytes=4096)
+        stores.append(content(tmp_path / f"s-{name}"))
+    assert stores[0] == stores[1]
