@@ -23,8 +23,8 @@ from .cli_common import (EveryOpt, ProgressOpt, QuietOpt, StoreOpt, TokOpt, fail
                          store_path, user_errors)
 from .estimate import default_budget
 from .progress import CountingReader, summary_line
-from .train_driver import CHECKPOINT_EVERY
 from .reader import STDIN, Source
+from .train_driver import CHECKPOINT_EVERY, CHECKPOINT_SECONDS
 
 # The modules that open a store (and so LMDB), train or count, and those that load a
 # tokenizer, are imported by the commands that use them: each command starts without the
@@ -171,7 +171,7 @@ def train(
     resume: bool = typer.Option(False, "--resume", help="Continue from the store's checkpoint of this run."),
     from_tokenizer: Optional[str] = typer.Option(None, "--from", help="Continue this tokenizer: one this store trained, or extend any -t format (its ids kept)."),
     checkpoint_every: int = typer.Option(CHECKPOINT_EVERY, "--checkpoint-every", min=1, help="Checkpoint every N merges."),
-    checkpoint_seconds: float = typer.Option(30.0, "--checkpoint-seconds", min=0.0, help="... or every T seconds."),
+    checkpoint_seconds: float = typer.Option(CHECKPOINT_SECONDS, "--checkpoint-seconds", min=0.0, help="... or every T seconds."),
     quiet: bool = QuietOpt,
     progress_every: Optional[float] = EveryOpt,
     progress: str = ProgressOpt,
@@ -279,9 +279,9 @@ def encode(
     .jsonl/.json (--field) or .parquet (--column) file."""
     from .documents import with_form
     from .encoding import ParallelEncoder, encode_sources, special_id
-
     from .formats import load_any
     from .ids_io import FORMATS, check_format
+
     with user_errors():
         if fmt not in FORMATS:
             raise typer.BadParameter(f"--format must be one of {', '.join(FORMATS)}")
@@ -408,9 +408,8 @@ def export(
     quiet: bool = QuietOpt,
 ):
     """Write the tokenizer in a format other tools load directly."""
-    from .formats import export_tokenizer, export_warnings
+    from .formats import export_tokenizer, export_warnings, load_any
 
-    from .formats import load_any
     with user_errors():
         tok = load_any(tokenizer)
         for written in export_tokenizer(tok, fmt, output, vocab_size, like):
@@ -431,8 +430,8 @@ def eval_(
 ):
     """Bytes, tokens, bytes/token, compression ratio, encode MB/s and a round-trip check."""
     from .evaluate import compare, evaluate
-
     from .formats import load_any
+
     with user_errors():
         stdout_binary()
         prefixes = None

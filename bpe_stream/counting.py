@@ -623,6 +623,7 @@ def count_sources(
         runner = LocalRunner(1 if small else workers)
     summary.workers = getattr(runner, "workers", workers)
     window = Window(runner)
+    pre, specials = pretokenizer_of(settings), [t.encode("utf-8") for t in settings["special_tokens"]]
     given_names = {os.path.abspath(s.name): s.name for s in sources if not s.is_stdin}
     try:
         for source in sources:
@@ -653,8 +654,7 @@ def count_sources(
                 _take_back(store, plan, settings)
             if plan.message:
                 on_message(plan.message)
-            specials = [t.encode("utf-8") for t in settings["special_tokens"]]
-            ranges = file_ranges(source.name, plan.start, source.size, pretokenizer_of(settings), specials,
+            ranges = file_ranges(source.name, plan.start, source.size, pre, specials,
                                  balanced_range(range_bytes, source.size - plan.start, summary.workers))
             path = os.path.abspath(source.name)  # a worker may run elsewhere (Dask), in another directory
             for i, (a, b) in enumerate(ranges):

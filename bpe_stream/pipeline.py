@@ -29,7 +29,7 @@ from .disk_engine import DiskEngine
 from .store import Store, StoreError
 from .store_checkpoint import Checkpointer, read_checkpoint, write_checkpoint  # noqa: F401  (also imported from here)
 from .tokenizer import Tokenizer
-from .train_driver import CHECKPOINT_EVERY, Checkpoints, ProgressFn, drive
+from .train_driver import CHECKPOINT_EVERY, CHECKPOINT_SECONDS, Checkpoints, ProgressFn, drive
 from .trainer import TrainConfig, TrainError, Trainer, TrainResult
 
 
@@ -276,7 +276,7 @@ def run_plan(
     on_progress: Optional[ProgressFn] = None,
     *,
     checkpoint_every: int = CHECKPOINT_EVERY,
-    checkpoint_seconds: float = 30.0,
+    checkpoint_seconds: float = CHECKPOINT_SECONDS,
 ) -> Tuple[Tokenizer, TrainResult]:
     """Runs the merges of ``plan`` on its loaded ``engine`` (closed after), checkpointing
     into ``store`` unless it is read-only."""
@@ -308,7 +308,7 @@ def train_from_store(
     resume: bool = False,
     from_tokenizer: Optional[Tokenizer] = None,
     checkpoint_every: int = CHECKPOINT_EVERY,
-    checkpoint_seconds: float = 30.0,
+    checkpoint_seconds: float = CHECKPOINT_SECONDS,
     on_message: Callable[[str], None] = lambda m: None,
 ) -> Tuple[Tokenizer, TrainResult]:
     """Trains on the counts in ``store``; its special tokens come first, then ``config``'s extra ones.

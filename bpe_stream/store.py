@@ -296,6 +296,8 @@ def unpack(data: bytes):
 
 
 MAX_COUNT = (1 << 63) - 1  # counts and totals: what the merge loop's signed 64-bit counts hold
+
+
 class SortedCounts:
     """Counts as two lists: the pretokens in increasing (bytes) order, each once, and their
     counts -- what ``CountTable.sorted_items`` gives; :meth:`Store.add_batch` takes them
@@ -877,7 +879,7 @@ class Store:
                 if top > bound:
                     key = keys[counts.index(top)]
                     raise StoreError(_damaged(self.path, f"the count of {bytes(key)[:40]!r} is above the sum of all counts"))
-                if min_count > 1 or not all(counts):  # (a count of 0 is not kept, but read as it is)
+                if min(counts) < min_count:
                     keep = list(map(ge, counts, repeat(min_count)))
                     keys, counts = list(compress(keys, keep)), list(compress(counts, keep))
                 if keys:

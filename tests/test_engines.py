@@ -12,6 +12,7 @@ import os
 import random
 import shutil
 import subprocess
+import tempfile
 
 import pytest
 from hypothesis import given
@@ -269,7 +270,7 @@ def test_disk_path_with_a_quota_equals_memory(tmp_path, words, tie, n, eow, quot
     cfg = config(**kw)
     base = cfg.base_vocab()
     engine = DiskEngine([base[i] for i in range(len(base))], cfg.marker_id(), tie,
-                        str(tmp_path / f"scratch{random.random()}"), quota)
+                        tempfile.mkdtemp(dir=tmp_path), quota)
     try:
         engine.load(sorted(words.items()))
         from bpe_stream.train_driver import drive

@@ -16,11 +16,12 @@
  *
  * The budget before the disk: an arena opened with an anonymous quota serves blocks from
  * anonymous memory while the bytes it holds there stay within the quota, and from the file
- * beyond it (see filearena.c).  Tables the merge loop dirties at random on every merge gain
- * most from anonymous memory: once the file's dirty pages pass the kernel's dirty limits,
+ * beyond it (see filearena.c).  Once the file's dirty pages pass the kernel's dirty limits,
  * every write fault on the mapping is throttled while the flusher rewrites pages the loop
- * dirties again.  Large tables touched only here and there are allocated under
- * BS_ARENA_COLD_SCOPE, which sends them to the file and leaves the quota to the others.
+ * dirties again, so the quota goes to the table dirtied most densely per byte: the merge
+ * loop allocates its positions under BS_ARENA_SPLIT (in memory as far as the quota goes,
+ * the rest in the file) and its frequencies, written once, under BS_ARENA_COLD (the file);
+ * see BS_ARENA_HINT_SCOPE below.
  */
 #ifndef BPE_STREAM_FILEARENA_H
 #define BPE_STREAM_FILEARENA_H

@@ -132,7 +132,7 @@ void merge_loop_stats(const MergeLoop *m, MergeLoopStats *out) {
     out->merged = m->merged;
     out->pairs = m->ps.n_recs;
     out->heap = m->ps.heap_len;
-    FileArenaStats fs = {0, 0, 0, 0, 0, 0, 0};
+    FileArenaStats fs = {0};
     if (m->arena) file_arena_stats(m->arena, &fs);
     out->disk_bytes = fs.file;
     out->peak_disk_bytes = fs.peak_file;

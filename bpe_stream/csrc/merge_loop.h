@@ -33,8 +33,8 @@ typedef struct {
  * `arena` (filearena.h; the loop takes it over, and closes it even when it fails) every
  * table of the loop -- positions, pair records and their lists, the heap -- lives in the
  * arena's scratch file instead of the process's anonymous memory: same merges, memory the
- * kernel may write back and drop -- except those the arena keeps in anonymous memory
- * within its quota (filearena.h), the hot tables first. */
+ * kernel may write back and drop -- except what the arena keeps in anonymous memory
+ * within its quota (filearena.h), the positions first. */
 MergeLoop *merge_loop_new(int tie_break, FileArena *arena, int *status);
 /* The errno of the arena's last failure for want of disk (ENOSPC ...), else 0: a call that
  * returned BS_NO_MEMORY then failed for that. */

@@ -310,7 +310,7 @@ static PyTypeObject MergeLoopType = {
               "merges take the ids after them).  load once, then merge_given / merge_best in any order.\n"
               "scratch_dir: keep every table in an unnamed scratch file there (file-backed pages, not\n"
               "anonymous memory) except up to scratch_quota bytes (default 0) kept in anonymous memory, the\n"
-              "tables every merge dirties first; a full disk is OSError(ENOSPC).",
+              "positions first (every merge rewrites the ones it merges); a full disk is OSError(ENOSPC).",
     .tp_new = PyType_GenericNew,
     .tp_init = (initproc)MergeLoop_init,
     .tp_dealloc = (destructor)MergeLoop_dealloc,
