@@ -330,6 +330,24 @@ def _count_range_bytes(path: str, start: int, end: int, settings: dict, strict_u
     return partial
 
 
+def count_range_into(path: str, start: int, end: int, settings: dict, strict_utf8: bool, table) -> PartialCounts:
+    """:func:`count_range` in the counting process itself (one worker): the counts go straight
+    into ``table``, the batch's ``CountTable`` (nothing packed, nothing merged); the returned
+    partial has the totals and the range's check."""
+    with open(path, "rb") as f:
+        f.seek(start)
+        data = f.read(end - start)
+    hasher = RangeCheck()
+    hasher.update(data)
+    if strict_utf8:
+        bad = first_invalid_utf8(data)
+        if bad >= 0:
+            raise InputError(invalid_utf8_message(start + bad))
+    partial = PartialCounts(bytes=len(data), digest=hasher.digest())
+    count_bytes(data, settings, partial, table)
+    return partial
+
+
 def count_data_piece(data: bytes, settings: dict, strict_utf8: bool, offset: int) -> PartialCounts:
     """The counting unit of a piece of one document's bytes in memory (a decompressed stream
     cut at safe points; ``offset``: where it starts, for the UTF-8 error): as
@@ -567,7 +585,10 @@ def count_sources(
             setattr(summary, key, getattr(summary, key) + current.totals[key])
         summary.skipped_records += current.skipped
 
-    def take(meta, partial: PartialCounts):
+    def take(meta, partial: PartialCounts, in_batch: bool = False):
+        """A result into the batch; ``in_batch``: its counts are in the batch's table already
+        (``count_range_into``), so a file that changed is the batch dropped, not committed."""
+        nonlocal batch
         if meta[0] is _DOCUMENTS:
             take_document(meta, partial)
             return
@@ -575,7 +596,10 @@ def count_sources(
         if plan is not None:
             counted = feed(plan.source.name, start, end, plan.digest)[0]
             if counted != partial.digest:
-                flush()  # what was counted before stays
+                if in_batch:
+                    batch = _Batch()  # what was committed before stays
+                else:
+                    flush()  # what was counted before stays
                 raise InputError(
                     f"{plan.source.name} changed while it was being counted (bytes {start:,} to {end:,}); "
                     "run the same command again once nothing writes to it"
@@ -657,6 +681,12 @@ def count_sources(
             ranges = file_ranges(source.name, plan.start, source.size, pre, specials,
                                  balanced_range(range_bytes, source.size - plan.start, summary.workers))
             path = os.path.abspath(source.name)  # a worker may run elsewhere (Dask), in another directory
+            if window.runner.inline and native_countable(settings):
+                # One worker: counted into the batch's table, no packing and merging
+                for i, (a, b) in enumerate(ranges):
+                    partial = count_range_into(path, a, b, settings, strict_utf8, batch.table)
+                    take((plan, a, b, i == len(ranges) - 1), partial, in_batch=True)
+                continue
             for i, (a, b) in enumerate(ranges):
                 args = (path, a, b, settings, strict_utf8, chunk_bytes, True, True)
                 for meta, partial in window.submit(count_range, args, (plan, a, b, i == len(ranges) - 1)):

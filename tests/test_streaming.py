@@ -21,7 +21,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from bpe_stream import streaming
-from bpe_stream.counting import count_data_piece, count_range, count_text, make_settings, pretokenizer_of
+from bpe_stream.count_table import CountTable
+from bpe_stream.counting import (count_data_piece, count_range, count_range_into, count_text, make_settings,
+                                 native_countable, pretokenizer_of)
 from bpe_stream.pretokenize import SpecialSplitter, StreamSplitter, splittable
 from bpe_stream.reader import to_bytes
 from bpe_stream.runner import LocalRunner
@@ -96,6 +98,11 @@ def test_file_ranges_cover_the_file_and_cut_only_at_safe_points(tmp_path, data, 
     whole = Counter({to_bytes(k): n for k, n in count_text(data[start:].decode("utf-8", "surrogateescape"),
                                                             settings).items()})
     assert counted == whole
+    if native_countable(settings):  # one worker: the ranges counted straight into one table
+        table = CountTable()
+        for a, b in ranges:
+            count_range_into(str(path), a, b, settings, False, table)
+        assert Counter(table.to_dict()) == whole
 
 
 def test_file_ranges_of_a_long_run_without_a_cut_stay_bounded_with_a_cap(tmp_path):
@@ -245,10 +252,12 @@ def test_window_over_local_workers_keeps_order_and_raises_a_task_error_in_its_tu
 
 
 # -- count's tasks --------------------------------------------------------------------------
-def test_count_gives_workers_absolute_paths_and_names_their_read_errors_as_given(tmp_path, monkeypatch):
+@pytest.mark.parametrize("function, workers", [("count_range", 2), ("count_range_into", 1)])
+def test_count_gives_workers_absolute_paths_and_names_their_read_errors_as_given(tmp_path, monkeypatch, function,
+                                                                               workers):
     """A worker may run elsewhere (Dask, in another directory): ``count_sources`` hands
     ``count_range`` the file's absolute path, so no runner rewrites arguments; an OSError of
-    that read still names the file as the user did."""
+    that read still names the file as the user did.  (One worker: ``count_range_into``.)"""
     from bpe_stream import counting
     from bpe_stream.reader import Source
     from bpe_stream.store import Store
@@ -261,9 +270,25 @@ def test_count_gives_workers_absolute_paths_and_names_their_read_errors_as_given
         seen.append(path)
         raise PermissionError(13, "Permission denied", path)
 
-    monkeypatch.setattr(counting, "count_range", unreadable)
+    class InProcess:  # a runner of ``workers`` that runs each task here, when its result is asked for
+        def __init__(self, n):
+            self.workers, self.inline = n, n == 1
+
+        def start(self, fn, args):
+            return fn, args
+
+        def result(self, task):
+            return task[0](*task[1])
+
+        def cancel(self, tasks):
+            pass
+
+        def close(self):
+            pass
+
+    monkeypatch.setattr(counting, function, unreadable)
     with Store.open(tmp_path / "store", create=True) as st:
         with pytest.raises(PermissionError) as raised:
-            counting.count_sources(st, [Source.from_arg("doc.txt")], SETTINGS[0])
-    assert seen == [str(tmp_path / "doc.txt")]
+            counting.count_sources(st, [Source.from_arg("doc.txt")], SETTINGS[0], runner=InProcess(workers), range_bytes=400)
+    assert seen[:1] == [str(tmp_path / "doc.txt")] and set(seen) <= {str(tmp_path / "doc.txt")}
     assert raised.value.filename == "doc.txt"
