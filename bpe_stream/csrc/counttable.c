@@ -280,6 +280,14 @@ void bs_ct_entry(const bs_counttable *t, size_t i, const uint8_t **key, size_t *
     *count = e->count;
 }
 
+void bs_ct_prefetch(const bs_counttable *t, size_t i, int with_key) {
+    const entry_t *e = &t->entries[i];
+    if (with_key)
+        PREFETCH(t->keys + e->off);
+    else
+        PREFETCH(e);
+}
+
 /* Sorting: an LSD radix sort of (head, key, length, index) items on their heads, the keys'
  * first 8 bytes as a big-endian number, then each run of equal heads ordered by the rest of
  * its keys (compare_items).  Most keys differ in their heads; a key shorter than 8 bytes has
