@@ -169,3 +169,88 @@ def test_sorted_items_are_the_entries_in_bytes_order(make, counts):
     keys, values = table.sorted_items()
     assert keys == sorted(counts) and values == [counts[k] for k in keys]
     assert table.to_dict() == counts  # unchanged
+
+
+# The native sort is a radix sort on the keys' first 8 bytes (zero padded), then each run of
+# equal first 8 bytes by the rest and the length: keys that tie there in every way they can.
+def assert_sorted_items_in_bytes_order(table):
+    keys, values = table.sorted_items()
+    assert list(zip(keys, values)) == sorted(table.to_dict().items())
+
+
+def filled(make, keys):
+    table = make()
+    for n, key in enumerate(keys):
+        table.add(key, n + 1)
+    return table
+
+
+TIES = (
+    [b"", b"\x00", b"\x7f", b"\x80", b"\xff", b"\xff" * 8, b"\xff" * 9, b"\xff" * 17]
+    + [b"a" + b"\x00" * k for k in range(18)]  # b"a" < b"a\x00" < ... : equal heads up to 8 bytes
+    + [b"\x00" * k for k in range(2, 18)]
+    + [b"a\x00\x00\x00\x00\x00\x00\x00\x01", b"a\x00\x00\x00\x00\x00\x00\x01", b"a\x01"]
+    + [b"abcdefgh" + tail for tail in (b"", b"\x00", b"\x00\x00", b"a", b"\x80", b"\xff", b"ijklmnop", b"ijklmnopq")]
+    + [b"abc", b"abcdefg", b"abcdefg\x00", b"abcdefh", b"abcdefgg\xff"]
+)
+
+
+@pytest.mark.parametrize("make", TABLES)
+@pytest.mark.parametrize("order", ["as_listed", "reversed", "shuffled"])
+def test_sorted_items_resolve_ties_of_the_first_8_bytes(make, order):
+    keys = list(TIES)
+    if order == "reversed":
+        keys.reverse()
+    elif order == "shuffled":
+        random.Random(7).shuffle(keys)
+    assert_sorted_items_in_bytes_order(filled(make, keys))
+
+
+@pytest.mark.parametrize("make", TABLES)
+def test_sorted_items_of_no_entry_and_of_one(make):
+    assert make().sorted_items() == ([], [])
+    for key in (b"", b"\x00", b"\xff" * 9):
+        assert filled(make, [key]).sorted_items() == ([key], [1])
+
+
+@pytest.mark.parametrize("make", TABLES)
+@pytest.mark.parametrize("head", [b"", b"prefix_8", b"\xff\xfe\xfd\xfc\xfb\xfa\xf9\xf8", b"\x00" * 8])
+def test_sorted_items_of_keys_that_share_their_first_8_bytes(make, head):
+    """Every key in one long run of equal heads (or, head b"", keys that differ first at
+    their 9th or later byte); tails over an alphabet with 0x00 and bytes over 0x7f."""
+    rng = random.Random(len(head))
+    alphabet = b"\x00\x01a\x7f\x80\xff"
+    keys = {head + bytes(rng.choice(alphabet) for _ in range(rng.randrange(12))) for _ in range(3000)}
+    if not head:
+        keys = {b"\x00" * 8 + key for key in keys} | {b"\x00" * k for k in range(9)}
+    assert_sorted_items_in_bytes_order(filled(make, keys))
+
+
+@pytest.mark.parametrize("make", TABLES)
+def test_sorted_items_of_keys_that_differ_in_one_byte_of_the_first_8(make):
+    # all heads agree but at one byte: the radix sort's passes at the others move nothing
+    for at in (0, 3, 7):
+        keys = [b"x" * at + bytes([v]) + b"y" * (7 - at) + tail for v in (0xFF, 0x80, 0x00, 0x41) for tail in (b"", b"z")]
+        assert_sorted_items_in_bytes_order(filled(make, keys))
+
+
+@pytest.mark.parametrize("make", TABLES)
+def test_sorted_items_of_a_large_random_set(make):
+    rng = random.Random(2026)
+    alphabet = b"\x00 ae\x7f\x80\xc3\xff"
+    keys = set()
+    while len(keys) < 30000:  # short keys of a small alphabet: many runs of equal heads, long and short
+        keys.add(bytes(rng.choice(alphabet) for _ in range(rng.randrange(14))))
+    keys |= {rng.randbytes(rng.randrange(30)) for _ in range(20000)}  # and heads that differ everywhere
+    keys = list(keys)
+    rng.shuffle(keys)
+    assert_sorted_items_in_bytes_order(filled(make, keys))
+
+
+@pytest.mark.parametrize("make", TABLES)
+@given(keys=st.lists(st.lists(st.sampled_from(b"\x00\x01\x7f\x80\xff"), max_size=20).map(bytes)
+                     | st.builds(bytes.__add__, st.sampled_from([b"", b"a" * 8, b"\x00" * 8, b"\xff" * 7]),
+                                 st.binary(max_size=10)),
+                     max_size=200))
+def test_sorted_items_of_keys_with_long_common_prefixes(make, keys):
+    assert_sorted_items_in_bytes_order(filled(make, keys))

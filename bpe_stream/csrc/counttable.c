@@ -280,6 +280,18 @@ void bs_ct_entry(const bs_counttable *t, size_t i, const uint8_t **key, size_t *
     *count = e->count;
 }
 
+void bs_ct_prefetch(const bs_counttable *t, size_t i, int with_key) {
+    const entry_t *e = &t->entries[i];
+    if (with_key)
+        PREFETCH(t->keys + e->off);
+    else
+        PREFETCH(e);
+}
+
+/* Sorting: an LSD radix sort of (head, key, length, index) items on their heads, the keys'
+ * first 8 bytes as a big-endian number, then each run of equal heads ordered by the rest of
+ * its keys (compare_items).  Most keys differ in their heads; a key shorter than 8 bytes has
+ * zeros in its head, so b"a" and b"a\0" tie there and the length orders them. */
 typedef struct {
     uint64_t head; /* the key's first 8 bytes, big-endian: comparing these orders most keys */
     const uint8_t *key;
@@ -295,16 +307,55 @@ static int compare_items(const void *pa, const void *pb) {
     return a->len < b->len ? -1 : (a->len > b->len);
 }
 
-int bs_ct_sorted(const bs_counttable *t, uint32_t *order) {
-    if (t->n == 0) return BS_CT_OK;
-    sort_item *items = malloc(t->n * sizeof *items);
-    if (!items) return BS_CT_ENOMEM;
-    for (size_t i = 0; i < t->n; i++) {
-        const entry_t *e = &t->entries[i];
-        items[i] = (sort_item){__builtin_bswap64(e->head), t->keys + e->off, e->len, (uint32_t)i};
+#define RUN_INSERTION 16 /* runs of equal heads up to this long are insertion-sorted, longer ones by qsort */
+
+static void sort_run(sort_item *run, size_t n) {
+    if (n > RUN_INSERTION) {
+        qsort(run, n, sizeof *run, compare_items);
+        return;
     }
-    qsort(items, t->n, sizeof *items, compare_items);
-    for (size_t i = 0; i < t->n; i++) order[i] = items[i].index;
+    for (size_t i = 1; i < n; i++) {
+        sort_item x = run[i];
+        size_t j = i;
+        for (; j > 0 && compare_items(&x, &run[j - 1]) < 0; j--) run[j] = run[j - 1];
+        run[j] = x;
+    }
+}
+
+int bs_ct_sorted(const bs_counttable *t, uint32_t *order) {
+    size_t n = t->n;
+    if (n == 0) return BS_CT_OK;
+    if (n > SIZE_MAX / 2 / sizeof(sort_item)) return BS_CT_ENOMEM;
+    sort_item *items = malloc(2 * n * sizeof *items); /* the items, and as many of scratch */
+    if (!items) return BS_CT_ENOMEM;
+    uint32_t hist[8][256] = {{0}}; /* how many heads have each value at each byte (n < 2**32) */
+    for (size_t i = 0; i < n; i++) {
+        const entry_t *e = &t->entries[i];
+        uint64_t head = __builtin_bswap64(e->head);
+        items[i] = (sort_item){head, t->keys + e->off, e->len, (uint32_t)i};
+        for (int b = 0; b < 8; b++) hist[b][(head >> (8 * b)) & 0xff]++;
+    }
+    /* one stable pass a byte, from the last; a byte at which every head agrees costs none */
+    sort_item *src = items, *dst = items + n;
+    for (int b = 0; b < 8; b++) {
+        uint32_t *h = hist[b];
+        if (h[(src[0].head >> (8 * b)) & 0xff] == n) continue;
+        uint32_t sum = 0;
+        for (int v = 0; v < 256; v++) {
+            uint32_t c = h[v];
+            h[v] = sum;
+            sum += c;
+        }
+        for (size_t i = 0; i < n; i++) dst[h[(src[i].head >> (8 * b)) & 0xff]++] = src[i];
+        sort_item *tmp = src;
+        src = dst;
+        dst = tmp;
+    }
+    for (size_t i = 0, j; i < n; i = j) {
+        for (j = i + 1; j < n && src[j].head == src[i].head; j++) {}
+        if (j - i > 1) sort_run(src + i, j - i);
+    }
+    for (size_t i = 0; i < n; i++) order[i] = src[i].index;
     free(items);
     return BS_CT_OK;
 }

@@ -47,6 +47,10 @@ int bs_ct_feed(bs_counttable *t, int pattern, size_t max_bytes, const uint8_t *d
  * table changes. */
 void bs_ct_entry(const bs_counttable *t, size_t i, const uint8_t **key, size_t *len, uint64_t *count);
 
+/* Hints that the i-th entry is read soon; with_key, its key too (found by reading the
+ * entry: hint the entry alone a few reads before). */
+void bs_ct_prefetch(const bs_counttable *t, size_t i, int with_key);
+
 /* Fills order[0:bs_ct_len) with the entries' indexes in the order of their keys: bytes
  * compared as memcmp does, a key before every longer one it begins (Python's bytes order,
  * and LMDB's default key order).  BS_CT_ENOMEM if its scratch cannot be allocated. */

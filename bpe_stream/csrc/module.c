@@ -751,10 +751,14 @@ static PyObject *table_sorted_items(CountTableObject *self, PyObject *unused) {
         return table_error(rc);
     }
     PyObject *keys = PyList_New((Py_ssize_t)n), *counts = keys ? PyList_New((Py_ssize_t)n) : NULL;
+    /* the entries are read in key order, at random: each is prefetched 16 entries ahead,
+     * its key (found through the entry, by then cached) 8 ahead */
     for (size_t i = 0; counts && i < n; i++) {
         const uint8_t *key;
         size_t len;
         uint64_t count;
+        if (i + 16 < n) bs_ct_prefetch(self->table, order[i + 16], 0);
+        if (i + 8 < n) bs_ct_prefetch(self->table, order[i + 8], 1);
         bs_ct_entry(self->table, order[i], &key, &len, &count);
         PyObject *k = PyBytes_FromStringAndSize((const char *)key, (Py_ssize_t)len);
         PyObject *v = k ? PyLong_FromUnsignedLongLong(count) : NULL;
