@@ -377,7 +377,7 @@ void bs_ct_pack(const bs_counttable *t, uint8_t *out) {
     for (size_t i = 0; i < t->n; i++) {
         const entry_t *e = &t->entries[i];
         out = put_le(out, e->len, 4);
-        memcpy(out, t->keys + e->off, e->len);
+        if (e->len) memcpy(out, t->keys + e->off, e->len); /* keys is NULL while every key is b"" */
         out = put_le(out + e->len, e->count, 8);
     }
 }
