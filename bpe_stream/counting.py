@@ -312,20 +312,10 @@ def count_range(path: str, start: int, end: int, settings: dict, strict_utf8: bo
 def _count_range_bytes(path: str, start: int, end: int, settings: dict, strict_utf8: bool) -> PartialCounts:
     """:func:`count_range` for a pretokenizer that :func:`count_bytes` counts: the range read
     whole (it is about ``RANGE_BYTES``; the str path holds as much when a range has no safe
-    cut), checked for UTF-8 when ``strict_utf8``, counted into a ``CountTable``, packed."""
-    with open(path, "rb") as f:
-        f.seek(start)
-        data = f.read(end - start)
-    hasher = RangeCheck()
-    hasher.update(data)
-    if strict_utf8:
-        bad = first_invalid_utf8(data)
-        if bad >= 0:
-            raise InputError(invalid_utf8_message(start + bad))
-    partial = PartialCounts(bytes=len(data), digest=hasher.digest())
+    cut), checked for UTF-8 when ``strict_utf8``, counted into a ``CountTable``, packed
+    (the range's bytes freed first: a giant pretoken is held at most twice, table and packed)."""
     table = CountTable()
-    count_bytes(data, settings, partial, table)
-    del data  # a giant pretoken is held whole: at most twice at once here (table, packed)
+    partial = count_range_into(path, start, end, settings, strict_utf8, table)
     partial.packed = table.pack()
     return partial
 
