@@ -669,3 +669,16 @@ def test_the_truncation_check_takes_the_size_after_reading_the_meta_pages(store_
         f.truncate(size - 4096)
     with pytest.raises(StoreError, match="truncated"):
         store_mod._check_not_truncated(data, size - 4096)
+
+
+@pytest.mark.parametrize("first", [True, False])
+def test_a_count_past_2_63_aborts_the_batch_in_a_new_store_and_an_old_one(tmp_path, first):
+    """The first batch of a new store is appended without lookups; its counts are checked as
+    any batch's: past 2**63-1 the batch is refused whole and the store keeps what it had."""
+    with Store.open(tmp_path / "s", create=True) as st_:
+        st_.ensure_settings(GPT2)
+        if not first:
+            st_.add_batch({b"ab": 5}, {}, {"pretokens": 5})
+        with pytest.raises(StoreError, match="2\\*\\*63"):
+            st_.add_batch(store_mod.SortedCounts([b"a", b"ab"], [1, 1 << 63]), {}, {"pretokens": 1})
+        assert all_words(st_) == ({} if first else {b"ab": 5})
