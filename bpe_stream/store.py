@@ -654,14 +654,11 @@ class Store:
         else:
             # Pretokens of 1 to max_key bytes are keys of their own; the rest (b"" sorts first)
             # go under their digest.
-            if keys[0] and max(map(len, keys)) <= self.max_key:
-                short = None  # all of them (no list of 400k booleans to build and check)
+            if keys[0] and max(map(len, keys)) <= self.max_key:  # all short: the usual batch
+                new, new_bytes = self._add_short(txn, keys, ns)
             else:
                 short = list(map(le, map(len, keys), repeat(self.max_key)))
                 short[0] = short[0] and bool(keys[0])
-            if short is None or all(short):
-                new, new_bytes = self._add_short(txn, keys, ns)
-            else:
                 long_ = list(map(not_, short))
                 new, new_bytes = self._add_short(txn, list(compress(keys, short)), list(compress(ns, short)))
                 more, more_bytes = self._add_each(txn, zip(compress(keys, long_), compress(ns, long_)))
