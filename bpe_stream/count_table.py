@@ -6,7 +6,16 @@ for the patterns of ``bpe_stream.scan``), takes counts one by one (``add``) or p
 lists in key order (``sorted_items``, what the store adds in one pass).
 The packed form -- for each entry, in insertion order, a little-endian u32 length, the
 pretoken's bytes and a little-endian u64 count -- lets a worker hand its partial counts to
-the parent without a Python object per pretoken.
+the parent without a Python object per pretoken.  Packed in key order (``pack(sorted=True)``)
+it is a *run*: a worker's runs are merged by the parent in one sequential pass
+(:func:`merge_runs`, k-way, equal keys summed) into the sorted lists the store takes, or into
+one run (:func:`merge_runs_packed`) to hold a batch's counts without their repeats.
+
+>>> a, b = PyCountTable(), PyCountTable()
+>>> a.feed(b"ab a ab", "gpt2"), b.feed(b"ab b", "gpt2")
+(3, 2)
+>>> merge_runs([a.pack(sorted=True), b.pack(sorted=True)])
+([b' a', b' ab', b' b', b'ab'], [1, 1, 1, 2])
 
 ``CountTable`` is the native table (``bpe_stream._fastbpe.CountTable``: scanning and counting
 in C, counts in native memory) when the extension is built, and :class:`PyCountTable`
@@ -16,7 +25,8 @@ in C, counts in native memory) when the extension is built, and :class:`PyCountT
 from __future__ import annotations
 
 import struct
-from typing import Dict, Iterator, List, Mapping, Tuple
+from heapq import merge as _heap_merge
+from typing import Dict, Iterator, List, Mapping, Sequence, Tuple
 
 from .scan import scan_with_regex
 
@@ -94,7 +104,9 @@ class PyCountTable:
         for key, count in iter_packed(packed):
             self.add(key, count)
 
-    def pack(self) -> bytes:
+    def pack(self, *, sorted: bool = False) -> bytes:  # noqa: A002 - the native keyword
+        if sorted:
+            return pack_counts(dict(builtin_sorted(self._counts.items())))
         return pack_counts(self._counts)
 
     def to_dict(self) -> Dict[bytes, int]:
@@ -110,4 +122,42 @@ class PyCountTable:
         self.total = 0
 
 
+builtin_sorted = sorted
+
+
+def _run_entries(run) -> Iterator[Tuple[bytes, int]]:
+    """The entries of one run, checked to be in strictly increasing key order."""
+    previous = None
+    try:
+        for key, count in iter_packed(run):
+            if previous is not None and key <= previous:
+                raise ValueError
+            previous = key
+            yield key, count
+    except ValueError:
+        raise ValueError("a run of counts is malformed or not in increasing key order") from None
+
+
+def py_merge_runs(runs: Sequence) -> Tuple[List[bytes], List[int]]:
+    """The native ``merge_runs`` in Python (``heapq.merge``): the same lists and errors."""
+    keys: List[bytes] = []
+    counts: List[int] = []
+    for key, count in _heap_merge(*map(_run_entries, runs)):
+        if keys and keys[-1] == key:
+            counts[-1] += count
+        else:
+            keys.append(key)
+            counts.append(count)
+        if counts[-1] > MAX_COUNT:
+            raise OverflowError("count table limit: a pretoken over 4 GiB or counts over 2**64-1")
+    return keys, counts
+
+
+def py_merge_runs_packed(runs: Sequence) -> Tuple[bytes, int]:
+    keys, counts = py_merge_runs(runs)
+    return pack_counts(dict(zip(keys, counts))), len(keys)
+
+
 CountTable = NativeCountTable if NativeCountTable is not None else PyCountTable
+merge_runs = _native.merge_runs if _native is not None else py_merge_runs
+merge_runs_packed = _native.merge_runs_packed if _native is not None else py_merge_runs_packed

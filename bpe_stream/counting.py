@@ -15,15 +15,19 @@ Inside a unit, for the named pretokenizers (``gpt2``, ``cl100k``, ``o200k``,
 ``whitespace``, ``words``, ``none``; :func:`count_bytes`), special tokens are split off in
 bytes and the stretches between them are scanned and counted by a ``count_table.CountTable``
 -- natively, with no Python object per pretoken -- whose counts go to the parent packed in
-one ``bytes`` object (``PartialCounts.packed``).  Without the C extension the table is the
+one ``bytes`` object in key order (``PartialCounts.packed``, a sorted run).  Without the C extension the table is the
 Python ``PyCountTable`` (``regex``): the same counts, slower.  Custom ``regex:PATTERN``
 pretokenizers, and text already in memory (:func:`count_text`), take the str path:
 ``Counter(pretokenizer.split(piece))`` for each piece between special tokens
 (:class:`PretokenCounter`).
 
-The parent merges packed partial counts into the batch's native table (and those of the
-str path into its counter in C loops, :func:`merge_counts`; ``Counter.update`` of a mapping
-is a Python loop), and turns the table into the dict the store takes once per flush.  The
+The parent keeps the runs of a batch as they come (one worker: the ranges are counted
+straight into the batch's native table) and merges them k-way once per flush
+(``count_table.merge_runs``), in one sequential pass, into the sorted lists the store takes;
+runs that pile up are merged into one run on the way (:meth:`_Batch.add`), so that the
+repeats of a pretoken in many ranges are not held until the flush.  The counts of the str
+path go into the batch's counter in C loops (:func:`merge_counts`; ``Counter.update`` of a
+mapping is a Python loop).  The
 batch is flushed whenever it reaches its share of the memory budget (:func:`flush_threshold`),
 committed whole with the totals and each file's progress (the byte offset its counts reach)
 by :meth:`Store.add_batch`, so a killed run leaves a store in which every batch counts
@@ -48,7 +52,7 @@ from itertools import repeat
 from operator import add
 from typing import Callable, Iterable, List, Optional, Tuple, Union
 
-from .count_table import CountTable, unpack_counts
+from .count_table import CountTable, merge_runs, merge_runs_packed, unpack_counts
 from .errors import SettingsError
 from .runner import LocalRunner
 from .pretokenize import (
@@ -140,8 +144,10 @@ class PartialCounts:
     specials: int = 0
     bytes: int = 0
     digest: Optional[bytes] = None  # the RangeCheck of the range's bytes, as read (count_range)
-    # The counts packed (``count_table``: bytes keys), from count_bytes; then ``counter`` is empty.
+    # The counts packed in key order (a run, ``count_table``: bytes keys), from count_bytes;
+    # then ``counter`` is empty.  ``entries``: how many keys the run has.
     packed: Optional[bytes] = None
+    entries: int = 0
     documents: int = 0  # records counted (JSON Lines, Parquet); special tokens add their own
     skipped: int = 0  # bad records skipped (--skip-bad-records)
 
@@ -150,7 +156,7 @@ class PartialCounts:
         ``surrogateescape`` with ``str_keys``)."""
         if self.packed is not None:
             counts = unpack_counts(self.packed)
-            self.packed = None
+            self.packed, self.entries = None, 0
             if str_keys:
                 counts = dict(zip(map(from_bytes, counts), counts.values()))
             self.counter = Counter(counts)
@@ -316,7 +322,13 @@ def _count_range_bytes(path: str, start: int, end: int, settings: dict, strict_u
     (the range's bytes freed first: a giant pretoken is held at most twice, table and packed)."""
     table = CountTable()
     partial = count_range_into(path, start, end, settings, strict_utf8, table)
-    partial.packed = table.pack()
+    return _packed(partial, table)
+
+
+def _packed(partial: PartialCounts, table) -> PartialCounts:
+    """``partial`` with the counts of ``table`` as a run (packed in key order: the workers
+    sort, the parent only merges)."""
+    partial.packed, partial.entries = table.pack(sorted=True), len(table)
     return partial
 
 
@@ -350,8 +362,7 @@ def count_data_piece(data: bytes, settings: dict, strict_utf8: bool, offset: int
     if native_countable(settings):
         table = CountTable()
         count_bytes(data, settings, partial, table)
-        partial.packed = table.pack()
-        return partial
+        return _packed(partial, table)
     doc = DocumentCounter(settings, partial)
     doc.feed(from_bytes(data), final=True)
     return partial.to_bytes_keys()
@@ -374,8 +385,7 @@ def _count_documents(docs, settings: dict) -> PartialCounts:
             DocumentCounter(settings, partial).feed(from_bytes(doc), final=True)
     if table is None:
         return partial.to_bytes_keys()
-    partial.packed = table.pack()
-    return partial
+    return _packed(partial, table)
 
 
 def count_jsonl_piece(data: bytes, first_line: int, name: str, field: str, settings: dict, strict_utf8: bool,
@@ -420,20 +430,38 @@ class CountSummary:
         )
 
 
-class _Batch:
-    """What has been counted since the last flush (pretoken counts keyed by bytes)."""
+# A batch merges its runs into one when it holds more than this many (the merge's heap stays small).
+MAX_RUNS = 64
 
-    def __init__(self):
+
+class _Batch:
+    """What has been counted since the last flush (pretoken counts keyed by bytes): runs from
+    the workers, the table one worker counts into, and the counter of the str path.
+
+    Runs that pile up are merged into one (:meth:`add`) when the entries that came since the
+    last such merge reach both the merged run's and ``compact_entries``: a pretoken found in
+    every range is then held once, not once a range, and each entry is merged again only
+    after as many new ones came (a few times in all, not once a range)."""
+
+    def __init__(self, compact_entries: int = 1 << 16):
         self.counter: Counter = Counter()  # from the str path (custom patterns)
-        self.table = CountTable()  # packed partials, merged natively
+        self.table = CountTable()  # one worker's ranges, counted into it (count_range_into)
+        self.runs: List[bytes] = []  # the workers' runs; runs[0] the merge of earlier ones once compacted
+        self.run_entries = 0  # the runs' entries, a key in two runs counted twice
+        self._compacted = 0  # entries of runs[0] when it is a merge of earlier runs
+        self._compact_entries = compact_entries
         self.totals = {"bytes": 0, "documents": 0, "pretokens": 0, "specials": 0}
         self.sources = {}
         self.skipped = 0  # bad records (not a store total: said in the summary)
 
     def add(self, partial: PartialCounts) -> None:
         if partial.packed is not None:
-            self.table.merge(partial.packed)
-            partial.packed = None  # consumed: not held beside the table until the next flush
+            self.runs.append(partial.packed)
+            self.run_entries += partial.entries
+            partial.packed = None  # consumed: held once, in the batch, until the next flush
+            fresh = self.run_entries - self._compacted
+            if fresh >= max(self._compacted, self._compact_entries) or len(self.runs) > MAX_RUNS:
+                self._compact()
         else:
             merge_counts(self.counter, partial.counter)
         self.totals["bytes"] += partial.bytes
@@ -442,23 +470,35 @@ class _Batch:
         self.totals["documents"] += partial.specials + partial.documents
         self.skipped += partial.skipped
 
+    def _compact(self) -> None:
+        run, entries = merge_runs_packed(self.runs)
+        self.runs = [run]
+        self.run_entries = self._compacted = entries
+
     def take_counts(self):
-        """Every count of the batch, bytes keys, as ``Store.add_batch`` takes them, taken out (the
-        native table converted once, at the flush: sorted in C when it is all there is)."""
-        if not len(self.table):
+        """Every count of the batch, bytes keys, as ``Store.add_batch`` takes them, taken out:
+        the runs (and the table, sorted in C) merged into two sorted lists, once, at the flush."""
+        runs, self.runs, self.run_entries, self._compacted = self.runs, [], 0, 0
+        if len(self.table):
+            if not runs and not self.counter:
+                counts = SortedCounts(*self.table.sorted_items())
+                self.table.clear()
+                return counts
+            runs.append(self.table.pack(sorted=True))
+            self.table.clear()  # taken: a giant pretoken is not held in the table and the run at once
+        if not runs:
             return self.counter
+        counts = SortedCounts(*merge_runs(runs))
+        runs.clear()  # merged: the runs are not held beside the lists while the store writes
         if not self.counter:
-            counts = SortedCounts(*self.table.sorted_items())
-            self.table.clear()
             return counts
-        counts = self.table.to_dict()
-        self.table.clear()  # taken: a giant pretoken is not held in the table and the dict at once
-        merge_counts(counts, self.counter)
-        return counts
+        merged = dict(zip(counts.keys, counts.counts))
+        merge_counts(merged, self.counter)
+        return merged
 
     def estimated_bytes(self) -> int:
-        # A native entry costs less than a Counter's, but the flush makes a dict of them all.
-        return (len(self.counter) + len(self.table)) * COUNTER_ENTRY_BYTES
+        # A native entry or a run's costs less than a Counter's, but the flush makes lists of them all.
+        return (len(self.counter) + len(self.table) + self.run_entries) * COUNTER_ENTRY_BYTES
 
 
 def flush_threshold(max_memory: int, workers: int) -> int:
@@ -545,8 +585,10 @@ def count_sources(
     sources = [s if s.form is not None else with_form(s, input_format, field, column) for s in sources]
     summary = CountSummary(workers=workers)
     started = time.monotonic()
-    batch = _Batch()
     flush_at = flush_threshold(max_memory, workers if runner is None else getattr(runner, "workers", workers))
+    # runs are merged into one when a quarter of a batch's worth has come since the last merge
+    compact_entries = max(1 << 16, flush_at // COUNTER_ENTRY_BYTES // 4)
+    batch = _Batch(compact_entries)
     range_bytes = range_for(flush_at, range_bytes)
     plans = plan_files(store, sources, settings, recount)  # every file decided before any is counted
     plan_of = {id(p.source): p for p in plans}
@@ -559,7 +601,7 @@ def count_sources(
 
     def flush():
         nonlocal batch
-        current, batch = batch, _Batch()
+        current, batch = batch, _Batch(compact_entries)
 
         counts = current.take_counts()
         if counts or current.sources or any(current.totals.values()):
@@ -587,7 +629,7 @@ def count_sources(
             counted = feed(plan.source.name, start, end, plan.digest)[0]
             if counted != partial.digest:
                 if in_batch:
-                    batch = _Batch()  # what was committed before stays
+                    batch = _Batch(compact_entries)  # what was committed before stays
                 else:
                     flush()  # what was counted before stays
                 raise InputError(
@@ -769,8 +811,7 @@ def _count_pieces(settings: dict, pieces: List[str], n_specials: int, special_by
         for piece in map(to_bytes, pieces):
             partial.bytes += len(piece)
             partial.pretokens += table.feed(piece, name, cap) if piece else 0
-        partial.packed = table.pack()
-        return partial
+        return _packed(partial, table)
     counts = PretokenCounter(pretokenizer_of(settings), partial)
     for piece in pieces:
         counts.add(piece)

@@ -1,6 +1,6 @@
 """The worked examples in the core's docstrings are doctests, and they hold.
 
-``bpe``, ``pretokenize``, ``memory_engines`` (the Python engine) and ``streaming`` examples
+``bpe``, ``pretokenize``, ``memory_engines`` (the Python engine), ``streaming`` and ``count_table`` examples
 stand alone.  ``tokenizer``'s methods continue the example of the ``Tokenizer`` class
 docstring (its ``tok``), so that one runs first and its names are given to the others.
 """
@@ -11,7 +11,7 @@ import doctest
 
 import pytest
 
-from bpe_stream import bpe, memory_engines, pretokenize, streaming, tokenizer
+from bpe_stream import bpe, count_table, memory_engines, pretokenize, streaming, tokenizer
 
 FLAGS = doctest.ELLIPSIS
 
@@ -27,7 +27,7 @@ def _run(test, runner):
     return runner
 
 
-@pytest.mark.parametrize("module", [bpe, pretokenize, memory_engines, streaming], ids=lambda m: m.__name__)
+@pytest.mark.parametrize("module", [bpe, pretokenize, memory_engines, streaming, count_table], ids=lambda m: m.__name__)
 def test_standalone_examples(module):
     runner = doctest.DocTestRunner(optionflags=FLAGS)
     for test in _tests(module):

@@ -20,6 +20,8 @@
  *   scan.{h,c}        the named pretokenizers over UTF-8 bytes       -> scan()
  *                     (character classes in unicode_tables.h, generated from regex)
  *   counttable.{h,c}  pretoken bytes -> 64-bit counts, scan + count   -> CountTable
+ *   runs.{h,c}        tables packed in key order, merged k-way        -> CountTable.pack(sorted=True),
+ *                                                                        merge_runs(), merge_runs_packed()
  *   storecheck.{h,c}  an LMDB data file's structure checked           -> store_check()
  */
 #define PY_SSIZE_T_CLEAN
@@ -33,6 +35,7 @@
 #include "layout.h"
 #include "merge_loop.h"
 #include "counttable.h"
+#include "runs.h"
 #include "scan.h"
 #include "storecheck.h"
 #include "textencoder.h"
@@ -705,15 +708,28 @@ static PyObject *table_merge(CountTableObject *self, PyObject *args, PyObject *k
     Py_RETURN_NONE;
 }
 
-PyDoc_STRVAR(pack_doc, "pack() -> bytes\n\n"
-                       "The entries, in insertion order, each as a little-endian u32 length, the pretoken's\n"
-                       "bytes and a little-endian u64 count.");
+PyDoc_STRVAR(pack_doc, "pack(*, sorted=False) -> bytes\n\n"
+                       "The entries, in insertion order (with ``sorted``: in key order, a run for\n"
+                       "``merge_runs``), each as a little-endian u32 length, the pretoken's bytes and a\n"
+                       "little-endian u64 count.");
 
-static PyObject *table_pack(CountTableObject *self, PyObject *unused) {
+static PyObject *table_pack(CountTableObject *self, PyObject *args, PyObject *kwargs) {
+    static char *keywords[] = {"sorted", NULL};
+    int sorted = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|$p:pack", keywords, &sorted)) return NULL;
     size_t size = bs_ct_packed_size(self->table);
     if (size > PY_SSIZE_T_MAX) return PyErr_NoMemory();
     PyObject *out = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)size);
-    if (out) bs_ct_pack(self->table, (uint8_t *)PyBytes_AS_STRING(out));
+    if (!out) return NULL;
+    if (!sorted) {
+        bs_ct_pack(self->table, (uint8_t *)PyBytes_AS_STRING(out));
+        return out;
+    }
+    int rc = bs_runs_pack_sorted(self->table, (uint8_t *)PyBytes_AS_STRING(out));
+    if (rc != BS_CT_OK) {
+        Py_DECREF(out);
+        return table_error(rc);
+    }
     return out;
 }
 
@@ -796,7 +812,7 @@ static PyMethodDef table_methods[] = {
     {"feed", (PyCFunction)(void (*)(void))table_feed, METH_VARARGS | METH_KEYWORDS, feed_doc},
     {"add", (PyCFunction)(void (*)(void))table_add, METH_VARARGS | METH_KEYWORDS, add_doc},
     {"merge", (PyCFunction)(void (*)(void))table_merge, METH_VARARGS | METH_KEYWORDS, merge_doc},
-    {"pack", (PyCFunction)table_pack, METH_NOARGS, pack_doc},
+    {"pack", (PyCFunction)(void (*)(void))table_pack, METH_VARARGS | METH_KEYWORDS, pack_doc},
     {"to_dict", (PyCFunction)table_to_dict, METH_NOARGS, to_dict_doc},
     {"sorted_items", (PyCFunction)table_sorted_items, METH_NOARGS, sorted_items_doc},
     {"clear", (PyCFunction)table_clear, METH_NOARGS, "clear()\n\nRemoves every entry."},
@@ -822,6 +838,131 @@ static PyTypeObject CountTableType = {
     .tp_getset = table_getset,
     .tp_as_sequence = &table_as_sequence,
 };
+
+/* -- sorted runs (runs.c) ------------------------------------------------------------- */
+
+/* The buffers of a list or tuple of bytes-like runs; *views (PyMem) to be released with
+ * release_runs.  NULL with an exception set. */
+static bs_run *runs_of(PyObject *seq_obj, Py_buffer **views, Py_ssize_t *n_out, size_t *total) {
+    PyObject *seq = PySequence_Fast(seq_obj, "runs must be a sequence of bytes-like objects");
+    if (!seq) return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    if ((size_t)n > BS_RUNS_MAX) {
+        Py_DECREF(seq);
+        PyErr_Format(PyExc_OverflowError, "at most %u runs are merged at once", BS_RUNS_MAX);
+        return NULL;
+    }
+    bs_run *runs = PyMem_Malloc((size_t)(n ? n : 1) * sizeof *runs);
+    Py_buffer *bufs = PyMem_Malloc((size_t)(n ? n : 1) * sizeof *bufs);
+    Py_ssize_t got = 0;
+    *total = 0;
+    if (!runs || !bufs) {
+        PyErr_NoMemory();
+        goto fail;
+    }
+    for (; got < n; got++) {
+        if (PyObject_GetBuffer(PySequence_Fast_GET_ITEM(seq, got), &bufs[got], PyBUF_SIMPLE) < 0) goto fail;
+        runs[got] = (bs_run){bufs[got].buf, (size_t)bufs[got].len};
+        *total += (size_t)bufs[got].len;
+    }
+    Py_DECREF(seq);
+    *views = bufs;
+    *n_out = n;
+    return runs;
+fail:
+    while (got-- > 0) PyBuffer_Release(&bufs[got]);
+    PyMem_Free(runs);
+    PyMem_Free(bufs);
+    Py_DECREF(seq);
+    return NULL;
+}
+
+static PyObject *runs_error(int rc) {
+    if (rc != BS_CT_EPACKED) return table_error(rc);
+    PyErr_SetString(PyExc_ValueError, "a run of counts is malformed or not in increasing key order");
+    return NULL;
+}
+
+static void release_runs(bs_run *runs, Py_buffer *views, Py_ssize_t n) {
+    for (Py_ssize_t i = 0; i < n; i++) PyBuffer_Release(&views[i]);
+    PyMem_Free(views);
+    PyMem_Free(runs);
+}
+
+typedef struct {
+    PyObject *keys, *counts;
+} lists_out;
+
+#define BS_EMIT_PYERR 1 /* emit_lists: a Python exception is set */
+
+static int emit_lists(void *ctx, const uint8_t *key, size_t len, uint64_t count) {
+    lists_out *o = ctx;
+    PyObject *k = PyBytes_FromStringAndSize((const char *)key, (Py_ssize_t)len);
+    PyObject *v = k ? PyLong_FromUnsignedLongLong(count) : NULL;
+    int rc = (v && PyList_Append(o->keys, k) == 0 && PyList_Append(o->counts, v) == 0) ? 0 : BS_EMIT_PYERR;
+    Py_XDECREF(k);
+    Py_XDECREF(v);
+    return rc;
+}
+
+PyDoc_STRVAR(merge_runs_doc, "merge_runs(runs) -> (keys, counts)\n\n"
+                             "The runs (bytes-like, each ``CountTable.pack(sorted=True)``) merged: the distinct\n"
+                             "pretokens in increasing order and the sums of their counts.  ValueError for a run\n"
+                             "that does not parse or is not in strictly increasing key order.");
+
+static PyObject *py_merge_runs(PyObject *self, PyObject *args, PyObject *kwargs) {
+    static char *keywords[] = {"runs", NULL};
+    PyObject *seq;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O:merge_runs", keywords, &seq)) return NULL;
+    Py_buffer *views;
+    Py_ssize_t n;
+    size_t total;
+    bs_run *runs = runs_of(seq, &views, &n, &total);
+    if (!runs) return NULL;
+    lists_out o = {PyList_New(0), PyList_New(0)};
+    PyObject *result = NULL;
+    if (o.keys && o.counts) {
+        int rc = bs_runs_merge(runs, (size_t)n, emit_lists, &o);
+        if (rc == BS_CT_OK)
+            result = PyTuple_Pack(2, o.keys, o.counts);
+        else if (rc != BS_EMIT_PYERR)
+            runs_error(rc);
+    }
+    Py_XDECREF(o.keys);
+    Py_XDECREF(o.counts);
+    release_runs(runs, views, n);
+    return result;
+}
+
+PyDoc_STRVAR(merge_runs_packed_doc, "merge_runs_packed(runs) -> (run, entries)\n\n"
+                                    "``merge_runs`` into one run (bytes) and its number of entries.");
+
+static PyObject *py_merge_runs_packed(PyObject *self, PyObject *args, PyObject *kwargs) {
+    static char *keywords[] = {"runs", NULL};
+    PyObject *seq;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O:merge_runs_packed", keywords, &seq)) return NULL;
+    Py_buffer *views;
+    Py_ssize_t n;
+    size_t total;
+    bs_run *runs = runs_of(seq, &views, &n, &total);
+    if (!runs) return NULL;
+    PyObject *out = total <= PY_SSIZE_T_MAX ? PyBytes_FromStringAndSize(NULL, (Py_ssize_t)total) : PyErr_NoMemory();
+    PyObject *result = NULL;
+    if (out) {
+        size_t len = 0, entries = 0;
+        int rc = bs_runs_merge_packed(runs, (size_t)n, (uint8_t *)PyBytes_AS_STRING(out), &len, &entries);
+        if (rc != BS_CT_OK)
+            runs_error(rc);
+        else if (_PyBytes_Resize(&out, (Py_ssize_t)len) == 0) {
+            PyObject *e = PyLong_FromSize_t(entries);
+            if (e) result = PyTuple_Pack(2, out, e);
+            Py_XDECREF(e);
+        }
+    }
+    Py_XDECREF(out);
+    release_runs(runs, views, n);
+    return result;
+}
 
 /* -- the store's structure check (storecheck.c) ------------------------------------------ */
 
@@ -862,6 +1003,8 @@ static PyMethodDef methods[] = {
     {"store_check", (PyCFunction)(void (*)(void))store_check, KW,
      "store_check(buffer, txnid) -> 0 (consistent) or 1 (snapshot gone: retry); ValueError names the damage."},
     {"first_invalid_utf8", (PyCFunction)(void (*)(void))py_first_invalid_utf8, KW, first_invalid_utf8_doc},
+    {"merge_runs", (PyCFunction)(void (*)(void))py_merge_runs, KW, merge_runs_doc},
+    {"merge_runs_packed", (PyCFunction)(void (*)(void))py_merge_runs_packed, KW, merge_runs_packed_doc},
     {"_set_limit32", (PyCFunction)(void (*)(void))set_limit32, KW,
      "_set_limit32(limit) -> previous: the most items of an array counted in 32 bits (tests only)."},
     {NULL, NULL, 0, NULL},

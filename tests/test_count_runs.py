@@ -1,0 +1,214 @@
+"""Sorted runs of counts: a table packed in key order, and the k-way merge of runs.
+
+A worker hands its parent its counts as a run (``CountTable.pack(sorted=True)``); the
+parent merges a batch's runs (``merge_runs``: two sorted lists; ``merge_runs_packed``: one
+run) instead of inserting them into a hash table.  Both implementations -- native and the
+``heapq`` fallback -- must give what summing the runs' dicts and sorting gives, take each
+other's runs, and refuse the same malformed or out-of-order runs.  The batch merges runs
+that pile up (``counting._Batch``) and still takes out exactly their sum.
+"""
+
+from __future__ import annotations
+
+import random
+import struct
+from collections import Counter
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from scanner_inputs import NAMES, documents
+
+from bpe_stream import count_table, counting
+from bpe_stream.count_table import MAX_COUNT, PyCountTable, pack_counts, py_merge_runs, py_merge_runs_packed
+
+native = pytest.mark.skipif(count_table.NativeCountTable is None, reason="bpe_stream._fastbpe is not built")
+TABLES = [
+    pytest.param(lambda: count_table.NativeCountTable(), id="native", marks=native),
+    pytest.param(PyCountTable, id="fallback"),
+]
+MERGES = [
+    pytest.param(lambda: (count_table.merge_runs, count_table.merge_runs_packed), id="native", marks=native),
+    pytest.param(lambda: (py_merge_runs, py_merge_runs_packed), id="fallback"),
+]
+# keys that tie in their first 8 bytes, prefixes of each other, b"", bytes above 0x7f
+KEYS = st.binary(max_size=12) | st.sampled_from(
+    [b"", b"\x00", b"a", b"a\x00", b"prefix_8", b"prefix_8\x00", b"prefix_8a", b"prefix_8b", b"\xff" * 9, b"\x7f", b"\x80"]
+)
+PARTS = st.lists(st.dictionaries(KEYS, st.integers(1, 1 << 40), max_size=25), max_size=6)
+
+
+def run_of(counts: dict) -> bytes:
+    return pack_counts(dict(sorted(counts.items())))
+
+
+def summed(parts) -> Counter:
+    return sum((Counter(p) for p in parts), Counter())
+
+
+def table_of(make, counts: dict):
+    table = make()
+    for key, n in counts.items():
+        table.add(key, n)
+    return table
+
+
+@pytest.mark.parametrize("make", TABLES)
+@given(counts=st.dictionaries(KEYS, st.integers(1, 1 << 40), max_size=40))
+def test_pack_sorted_is_the_packed_form_in_key_order(make, counts):
+    table = table_of(make, counts)
+    assert table.pack(sorted=True) == run_of(counts)
+    assert table.pack() == pack_counts(counts)  # unsorted: insertion order, as before
+
+
+@native
+@given(docs=st.lists(documents, max_size=4), name=st.sampled_from(NAMES))
+def test_native_and_fallback_runs_are_the_same_bytes(docs, name):
+    tables = count_table.NativeCountTable(), PyCountTable()
+    for table in tables:
+        for doc in docs:
+            table.feed(doc, name)
+    assert tables[0].pack(sorted=True) == tables[1].pack(sorted=True)
+
+
+@pytest.mark.parametrize("merges", MERGES)
+@given(parts=PARTS)
+def test_merging_runs_sums_them_in_key_order(merges, parts):
+    merge, merge_packed = merges()
+    runs = [run_of(p) for p in parts]
+    want = summed(parts)
+    keys, counts = merge(runs)
+    assert keys == sorted(want) and counts == [want[k] for k in keys]
+    run, entries = merge_packed(runs)
+    assert run == run_of(want) and entries == len(want)
+    assert merge([run]) == (keys, counts)  # a merged run merges again into the same
+
+
+@native
+@given(parts=PARTS)
+def test_native_and_fallback_merge_each_others_runs_alike(parts):
+    native_runs = [table_of(count_table.NativeCountTable, p).pack(sorted=True) for p in parts]
+    python_runs = [table_of(PyCountTable, p).pack(sorted=True) for p in parts]
+    assert native_runs == python_runs
+    assert count_table.merge_runs(python_runs) == py_merge_runs(native_runs)
+    assert count_table.merge_runs_packed(python_runs) == py_merge_runs_packed(native_runs)
+
+
+@pytest.mark.parametrize("merges", MERGES)
+def test_many_runs_of_many_keys(merges):
+    merge, merge_packed = merges()
+    rng = random.Random(15)
+    parts = [{rng.randbytes(rng.randrange(0, 10)): rng.randrange(1, 1000) for _ in range(rng.randrange(0, 3000))}
+             for _ in range(70)]
+    want = summed(parts)
+    keys, counts = merge([run_of(p) for p in parts])
+    assert dict(zip(keys, counts)) == want and keys == sorted(want)
+
+
+@pytest.mark.parametrize("merges", MERGES)
+def test_no_runs_and_empty_runs(merges):
+    merge, merge_packed = merges()
+    assert merge([]) == ([], []) and merge_packed([]) == (b"", 0)
+    assert merge([b"", b""]) == ([], [])
+    assert merge([b"", run_of({b"": 2}), run_of({b"": 3})]) == ([b""], [5])
+    assert merge((bytearray(run_of({b"a": 1})), memoryview(run_of({b"a": 1})))) == ([b"a"], [2])  # any bytes-like
+
+
+@pytest.mark.parametrize("merges", MERGES)
+@pytest.mark.parametrize(
+    "bad",
+    [
+        pack_counts({b"b": 1, b"a": 1}),  # decreasing
+        struct.pack("<I", 1) + b"a" + struct.pack("<Q", 1) + struct.pack("<I", 1) + b"a" + struct.pack("<Q", 1),  # repeated
+        pack_counts({b"ab": 1, b"a": 1}),  # a key after a longer one it begins
+        pack_counts({b"prefix_8b": 1, b"prefix_8a": 1}),  # out of order past the first 8 bytes
+        run_of({b"a": 1})[:-1],  # cut short
+        b"\x01",
+        run_of({b"a": 1}) + struct.pack("<I", 5) + b"ab",
+    ],
+    ids=["decreasing", "repeated", "prefix-after", "past-8-bytes", "truncated", "stub", "short-tail"],
+)
+def test_malformed_or_unordered_runs_are_refused(merges, bad):
+    merge, merge_packed = merges()
+    good = run_of({b"a": 1, b"zz": 2})
+    for runs in ([bad], [good, bad], [bad, good]):
+        with pytest.raises(ValueError, match="malformed or not in increasing key order"):
+            merge(runs)
+        with pytest.raises(ValueError, match="malformed or not in increasing key order"):
+            merge_packed(runs)
+
+
+@pytest.mark.parametrize("merges", MERGES)
+def test_a_sum_past_64_bits_is_refused(merges):
+    merge, merge_packed = merges()
+    runs = [run_of({b"a": MAX_COUNT}), run_of({b"a": 1})]
+    for fn in (merge, merge_packed):
+        with pytest.raises(OverflowError):
+            fn(runs)
+    assert merge([run_of({b"a": MAX_COUNT - 1}), run_of({b"a": 1})]) == ([b"a"], [MAX_COUNT])
+
+
+@native
+def test_native_merge_takes_only_a_sequence_of_bytes_like():
+    with pytest.raises(TypeError):
+        count_table.merge_runs(5)
+    with pytest.raises(TypeError):
+        count_table.merge_runs(["text"])
+    with pytest.raises(TypeError):
+        count_table.merge_runs_packed([b"", 5])
+    assert count_table.merge_runs(runs=[run_of({b"x": 1})]) == ([b"x"], [1])  # the keyword
+    with pytest.raises(TypeError):
+        count_table.NativeCountTable().pack(True)  # sorted is keyword-only
+
+
+def partial_of(counts: dict, pretokens: int = 0) -> counting.PartialCounts:
+    table = table_of(count_table.CountTable, counts)
+    return counting._packed(counting.PartialCounts(pretokens=pretokens), table)
+
+
+@given(parts=st.lists(st.dictionaries(KEYS, st.integers(1, 1000), max_size=30), max_size=30),
+       compact=st.sampled_from([1, 5, 40, 1 << 16]))
+def test_a_batch_takes_out_the_sum_of_its_runs_however_they_were_compacted(parts, compact):
+    batch = counting._Batch(compact)
+    for p in parts:
+        batch.add(partial_of(p, pretokens=len(p)))
+        assert len(batch.runs) <= counting.MAX_RUNS
+        assert batch.estimated_bytes() == batch.run_entries * counting.COUNTER_ENTRY_BYTES
+    want = summed(parts)
+    assert batch.totals["pretokens"] == sum(map(len, parts))
+    counts = batch.take_counts()
+    if want:
+        assert list(counts.keys) == sorted(want) and list(counts.counts) == [want[k] for k in counts.keys]
+    else:
+        assert not counts
+    assert batch.runs == [] and batch.run_entries == 0
+
+
+def test_a_batch_compacts_repeats_so_its_estimate_follows_the_distinct_keys():
+    batch = counting._Batch(100)
+    same = {bytes([k]): 1 for k in range(60)}
+    for _ in range(50):
+        batch.add(partial_of(same))
+    # 3,000 entries came in; compacted, the batch holds the 60 distinct keys once (plus what came since)
+    assert batch.run_entries < 200 and len(batch.runs) < 5
+    counts = batch.take_counts()
+    assert list(counts.keys) == sorted(same) and set(counts.counts) == {50}
+
+
+def test_a_batch_of_more_runs_than_max_runs_merges_them(monkeypatch):
+    monkeypatch.setattr(counting, "MAX_RUNS", 4)
+    batch = counting._Batch(1 << 30)  # never by entries: only by the number of runs
+    for k in range(20):
+        batch.add(partial_of({bytes([k]): 1}))
+        assert len(batch.runs) <= 5
+    assert list(batch.take_counts().keys) == [bytes([k]) for k in range(20)]
+
+
+def test_a_batch_merges_its_table_with_its_runs():
+    batch = counting._Batch()
+    batch.table.add(b"b", 2)
+    batch.table.add(b"a", 1)
+    batch.add(partial_of({b"a": 5, b"c": 1}))
+    counts = batch.take_counts()
+    assert (counts.keys, counts.counts) == ([b"a", b"b", b"c"], [6, 2, 1])
+    assert len(batch.table) == 0
