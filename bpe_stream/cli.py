@@ -343,7 +343,8 @@ def decode(
 # -- info / stats ------------------------------------------------------------------
 @app.command()
 def info(tokenizer: str = TokOpt, as_json: bool = typer.Option(False, "--json", help="Machine-readable output.")):
-    """Vocabulary size, merges, special tokens, pretokenizer, tie-break and rules digest."""
+    """Vocabulary size, merges, special tokens, pretokenizer (and its cap on a pretoken's bytes),
+    tie-break and rules digest."""
     from .formats import load_any
     from .formats.native import rules_digest
     with user_errors():
@@ -357,6 +358,7 @@ def info(tokenizer: str = TokOpt, as_json: bool = typer.Option(False, "--json", 
             "doc_boundaries": tok.doc_start_id is not None,
             "pretokenizer": tok.pretokenizer.name,
             "pattern": tok.pretokenizer.pattern,
+            "max_token_bytes": tok.max_token_bytes,  # (None: pretokens of any length are encoded whole)
             "tie_break": tok.tie_break,
             "rules_sha256": rules_digest(tok),
         }

@@ -871,15 +871,19 @@ class Store:
         record = self._check_record(txn)
         bound = record[0] if record is not None else 1 << 64
         total = 0
-        with txn.cursor(db=self.db["words"]) as cur:
-            entries = cur.iternext(keys=True, values=True)
+        # Keys and values through two cursors in step (one snapshot: the same entries in the
+        # same order), not (key, value) tuples: a tuple is an object the cyclic garbage
+        # collector tracks, and its passes over half a million of them were 0.6 s of a 3.5 s
+        # training on multi_25M's 516k words; bytes are not tracked.
+        with txn.cursor(db=self.db["words"]) as key_cur, txn.cursor(db=self.db["words"]) as value_cur:
+            key_it, value_it = key_cur.iternext(keys=True, values=False), value_cur.iternext(keys=False, values=True)
             while True:
-                items = list(islice(entries, block))
-                if not items:
+                keys = list(islice(key_it, block))
+                if not keys:
                     break
-                keys, values = map(list, zip(*items))
-                del items
+                values = list(islice(value_it, len(keys)))
                 counts = list(map(int.from_bytes, values, repeat("little")))
+                del values
                 total += sum(counts)
                 top = max(counts)
                 if top > bound:

@@ -197,6 +197,10 @@ def test_the_tokenizer_carries_the_cap_and_encode_cuts_the_same_way(cli, tmp_pat
     assert ok(cli("decode", "-t", tmp_path / "t.json", input=" ".join(map(str, ids)).encode())).stdout == text.encode()
     res = ok(cli("export", "-t", tmp_path / "t.json", "--format", "hf", "-o", tmp_path / "hf.json"))
     assert "cannot record --max-token-bytes 16" in res.stderr
+    # info says the cap; an export, which cannot record it, has none
+    assert json.loads(ok(cli("info", "-t", tmp_path / "t.json", "--json")).stdout)["max_token_bytes"] == 16
+    assert "max_token_bytes 16\n" in ok(cli("info", "-t", tmp_path / "t.json")).stdout.decode()
+    assert json.loads(ok(cli("info", "-t", tmp_path / "hf.json", "--json")).stdout)["max_token_bytes"] is None
 
 
 # -- memory: acceptance ------------------------------------------------------------------------

@@ -120,6 +120,33 @@ def test_checkpoints_by_merge_count_and_at_the_end():
     assert saves == []
 
 
+def test_the_default_cadence_is_every_10000_merges_or_30_seconds_and_the_cli_uses_it():
+    import inspect
+
+    from bpe_stream import cli, pipeline
+    from bpe_stream.train_driver import CHECKPOINT_EVERY, CHECKPOINT_SECONDS, PROGRESS_EVERY
+
+    assert (CHECKPOINT_EVERY, CHECKPOINT_SECONDS) == (10_000, 30.0)
+    saves = []
+    cadence = Checkpoints(lambda log: saves.append(len(log)), clock=lambda: 0.0)  # the defaults
+    drive(FakeEngine(learned(25_000, first=10**6)), limit=25_000, checkpoints=cadence)
+    # after the first batch (of PROGRESS_EVERY) at or past each 10,000 merges since the last save, and at the end
+    first = -(-10_000 // PROGRESS_EVERY) * PROGRESS_EVERY
+    assert saves == [first, 2 * first, 25_000]
+    now = [0.0]
+    saves.clear()
+    drive(FakeEngine(learned(500, first=10**6), on_call=lambda: now.__setitem__(0, now[0] + 16.0)), limit=500,
+          checkpoints=Checkpoints(lambda log: saves.append(len(log)), clock=lambda: now[0]))
+    assert saves[0] == 2 * PROGRESS_EVERY and saves[-1] == 500  # 32 s: past the 30 s default
+    # what `train` passes when the options are not given
+    options = inspect.signature(cli.train).parameters
+    assert options["checkpoint_every"].default.default == CHECKPOINT_EVERY
+    assert options["checkpoint_seconds"].default.default == CHECKPOINT_SECONDS
+    defaults = inspect.signature(pipeline.train_from_store).parameters
+    assert defaults["checkpoint_every"].default == CHECKPOINT_EVERY
+    assert defaults["checkpoint_seconds"].default == CHECKPOINT_SECONDS
+
+
 def dataclass_copy(obj, **changes):
     import dataclasses
 
