@@ -10,6 +10,7 @@ is a traceback and exit status 70 (:func:`bpe_stream.cli_common.user_errors`).
 
 from __future__ import annotations
 
+import gc
 import json
 import time
 from contextlib import contextmanager
@@ -498,7 +499,16 @@ app.command("merge-stores")(cli_scale.merge_stores_cmd)
 
 
 def main():
-    app(prog_name="bpe-stream")
+    """The ``bpe-stream`` script (and ``python -m bpe_stream``): runs the command, then exits."""
+    try:
+        app(prog_name="bpe-stream")
+    finally:
+        # Whatever is alive now lives until the process ends: frozen, it is out of the sight
+        # of the garbage collections the interpreter runs as it shuts down, which otherwise
+        # walk every object of typer, click and the run (20-60 ms after a count, 5-9 ms
+        # frozen).  The store, the files and the outputs are closed by then (``with``
+        # blocks), stdout and stderr are flushed at exit as ever, atexit handlers still run.
+        gc.freeze()
 
 
 if __name__ == "__main__":  # python -m bpe_stream.cli (python -m bpe_stream is __main__.py)
