@@ -131,3 +131,35 @@ def test_the_script_leaves_the_objects_of_the_run_to_the_exit(tmp_path):
     res = subprocess.run([sys.executable, "-m", "bpe_stream", "stats", "--store", "nowhere"], capture_output=True,
                          text=True, cwd=tmp_path)
     assert res.returncode == 1 and res.stderr.count("Error:") == 1, res.stderr
+
+
+def _command_names():
+    from bpe_stream.cli import app
+
+    return [c.name or c.callback.__name__.replace("_", "-") for c in app.registered_commands]
+
+
+def test_a_command_runs_on_an_app_that_holds_it_alone():
+    from bpe_stream.cli import app, app_for
+
+    names = _command_names()
+    assert len(names) == 11 and "eval" in names and "export-counts" in names
+    for name in names:
+        assert [c.name or c.callback.__name__.replace("_", "-") for c in app_for([name, "x"]).registered_commands] == [name]
+    for args in ([], ["--help"], ["-h"], ["--version"], ["cont"], ["eval_"], ["--store", "count"]):
+        assert app_for(args) is app, args
+    assert len(app.registered_commands) == 11  # the app itself is left as it was
+
+
+@pytest.mark.parametrize("args", [["--help"], ["--workers", "0"], ["--no-such-option"], ["-t"]])
+def test_a_command_says_the_same_on_its_own_app(args):
+    from typer.testing import CliRunner
+
+    from bpe_stream.cli import app, app_for
+
+    runner = CliRunner()
+    for name in _command_names():
+        whole = runner.invoke(app, [name, *args], prog_name="bpe-stream")
+        alone = runner.invoke(app_for([name, *args]), [name, *args], prog_name="bpe-stream")
+        assert (alone.exit_code, alone.output) == (whole.exit_code, whole.output), (name, args)
+        assert whole.exit_code in (0, 2), (name, args, whole.output)
