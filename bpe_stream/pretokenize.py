@@ -552,7 +552,7 @@ class StreamSplitter:
 _ASCII_SPACE = re.compile(rb"[\t\n\v\f\r ]")
 _ASCII_SPACE_NOT_NEWLINE = re.compile(rb"[\t\v\f ]")
 # The characters ``regex``'s \s matches (the White_Space property, unchanged since Unicode
-# 6.3; tests/test_pretokenize.py checks it against the installed ``regex``), so that finding
+# 6.3; tests/test_startup.py checks it against the installed ``regex``), so that finding
 # a cut in a file needs no ``regex``.
 SPACE_CHARS = frozenset("\t\n\x0b\x0c\r \x85\xa0\u1680" + "".join(map(chr, range(0x2000, 0x200B)))
                         + "\u2028\u2029\u202f\u205f\u3000")
@@ -668,7 +668,7 @@ _GPT2 = _Lazy(GPT2_PATTERN)
 
 def fast_split(pre: Pretokenizer) -> Callable[[str], list]:
     """``pre.split``, or for gpt2 :func:`gpt2_split` (the same pretokens, faster)."""
-    if pre.name == "gpt2" and _ascii_classes_agree():
+    if pre.name == "gpt2":
         if pre.max_bytes:
             cap = pre.max_bytes
             return lambda text: cap_pieces(gpt2_split(text), cap)
@@ -686,12 +686,24 @@ def _ascii_classes_agree() -> bool:
     return all(bool(regex.match(u, chr(c))) == bool(re.match(a, chr(c), re.ASCII)) for u, a in want for c in range(128))
 
 
+# Whether ``re`` may take gpt2's ASCII runs (:func:`_ascii_classes_agree`, which imports
+# ``regex``): found at the first split, not when a tokenizer is made -- the native encoder
+# never splits in Python, so encode and decode with the C extension import no ``regex``.
+_re_on_ascii: Optional[bool] = None
+
+
 def gpt2_split(text: str) -> list:
     """``Pretokenizer.from_name("gpt2").split(text)``, faster on mostly-ASCII text.
 
     >>> gpt2_split("Hello world's 42  café!")
     ['Hello', ' world', "'s", ' 42', ' ', ' café', '!']
     """
+    global _re_on_ascii
+    if _re_on_ascii is not True:
+        if _re_on_ascii is None:
+            _re_on_ascii = _ascii_classes_agree()
+        if not _re_on_ascii:
+            return _GPT2.findall(text)
     if text.isascii():
         return _GPT2_ASCII.findall(text)
     ascii_findall, find_island = _GPT2_ASCII.findall, _ISLAND.search

@@ -163,3 +163,27 @@ def test_a_command_says_the_same_on_its_own_app(args):
         alone = runner.invoke(app_for([name, *args]), [name, *args], prog_name="bpe-stream")
         assert (alone.exit_code, alone.output) == (whole.exit_code, whole.output), (name, args)
         assert whole.exit_code in (0, 2), (name, args, whole.output)
+
+
+@needs_c
+def test_encode_and_decode_with_the_native_encoder_import_no_regex(tmp_path):
+    from small_made import make_small
+
+    small = make_small(tmp_path)
+    (tmp_path / "u.txt").write_text(TEXT, encoding="utf-8")
+    for text in (small["text"], tmp_path / "u.txt"):
+        loaded, _ = modules_after(["encode", "-t", str(small["tok"]), "-o", "ids.txt", "--append-special",
+                                   "<|endoftext|>", str(text)], tmp_path)
+        assert "regex" not in loaded and "multiprocessing" not in loaded
+        loaded, _ = modules_after(["decode", "-t", str(small["tok"]), "-o", "back.txt", "ids.txt"], tmp_path)
+        assert "regex" not in loaded
+        assert (tmp_path / "back.txt").read_bytes() == text.read_bytes() + b"<|endoftext|>"
+
+
+def test_gpt2_split_is_the_regex_pretokens_also_when_re_may_not_take_ascii(monkeypatch):
+    text = "Hello world's 42  café!\n\tx  " * 3
+    want = pretokenize.Pretokenizer.from_name("gpt2").split(text)
+    monkeypatch.setattr(pretokenize, "_re_on_ascii", False)
+    assert pretokenize.gpt2_split(text) == want and pretokenize.gpt2_split("abc def") == ["abc", " def"]
+    monkeypatch.setattr(pretokenize, "_re_on_ascii", None)  # found again at the first split
+    assert pretokenize.gpt2_split(text) == want and pretokenize._re_on_ascii is True
