@@ -10,7 +10,10 @@ is a traceback and exit status 70 (:func:`bpe_stream.cli_common.user_errors`).
 
 from __future__ import annotations
 
+import copy
+import gc
 import json
+import sys
 import time
 from contextlib import contextmanager
 from typing import List, Optional
@@ -499,8 +502,32 @@ app.command("import-counts")(cli_scale.import_counts_cmd)
 app.command("merge-stores")(cli_scale.merge_stores_cmd)
 
 
+def app_for(args: List[str]) -> typer.Typer:
+    """The app that runs ``bpe-stream ARGS``: for ``bpe-stream COMMAND ...``, :data:`app` with
+    that one command registered (and its root options), else :data:`app`.  Typer makes the
+    click command of every registered command each time an app runs (~7 ms for all of
+    them); a command's own run needs only its own, and parses, says and exits the same."""
+    name = args[0] if args else None
+    chosen = [c for c in app.registered_commands
+              if name == (c.name or typer.main.get_command_name(c.callback.__name__))]
+    if not chosen:  # no command (--help, --version, none) or an unknown one: the whole app
+        return app
+    one = copy.copy(app)
+    one.registered_commands = chosen
+    return one
+
+
 def main():
-    app(prog_name="bpe-stream")
+    """The ``bpe-stream`` script (and ``python -m bpe_stream``): runs the command, then exits."""
+    try:
+        app_for(sys.argv[1:])(prog_name="bpe-stream")
+    finally:
+        # Whatever is alive now lives until the process ends: frozen, it is out of the sight
+        # of the garbage collections the interpreter runs as it shuts down, which otherwise
+        # walk every object of typer, click and the run (20-60 ms after a count, 5-9 ms
+        # frozen).  The store, the files and the outputs are closed by then (``with``
+        # blocks), stdout and stderr are flushed at exit as ever, atexit handlers still run.
+        gc.freeze()
 
 
 if __name__ == "__main__":  # python -m bpe_stream.cli (python -m bpe_stream is __main__.py)

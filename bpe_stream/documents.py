@@ -25,10 +25,7 @@ with ``skip_bad``, counted in ``PartialCounts.skipped``.
 
 from __future__ import annotations
 
-import bz2
-import gzip
 import json
-import lzma
 import os
 import sys
 from dataclasses import dataclass, replace
@@ -218,10 +215,14 @@ class _Decompressed:
     def read(self, n: int = -1) -> bytes:
         try:
             return self.stream.read(n)
-        except (OSError, EOFError, lzma.LZMAError, ValueError) as exc:
+        except (OSError, EOFError, ValueError) as exc:
             raise InputError(f"{self.name}: not a valid {self.compression} stream ({exc}); "
                              "is the file cut short or damaged?") from None
-        except Exception as exc:  # zstandard.ZstdError
+        except Exception as exc:  # lzma.LZMAError, zstandard.ZstdError
+            lzma = sys.modules.get("lzma")  # imported by decompressing() for an xz stream
+            if lzma is not None and isinstance(exc, lzma.LZMAError):
+                raise InputError(f"{self.name}: not a valid {self.compression} stream ({exc}); "
+                                 "is the file cut short or damaged?") from None
             if type(exc).__name__ == "ZstdError":
                 raise InputError(f"{self.name}: not a valid zstd stream ({exc}); is the file cut short or damaged?") from None
             raise
@@ -231,11 +232,18 @@ def decompressing(raw, compression: Optional[str], name: str):
     """A binary stream of the uncompressed bytes of ``raw`` (``raw`` itself with no compression)."""
     if compression is None:
         return raw
+    # The decompressors are imported for the streams that need them (bz2 and lzma: ~3 ms).
     if compression == "gzip":
+        import gzip
+
         stream = gzip.GzipFile(fileobj=raw, mode="rb")
     elif compression == "xz":
+        import lzma
+
         stream = lzma.LZMAFile(raw)
     elif compression == "bz2":
+        import bz2
+
         stream = bz2.BZ2File(raw)
     else:
         stream = _ZstdFrames(raw, require("zstd"))

@@ -16,12 +16,36 @@ from __future__ import annotations
 import codecs
 import re
 from dataclasses import dataclass, replace
-from functools import cache
+from functools import cache, cached_property
 from typing import Callable, Iterator, Optional, Sequence
 
-import regex
-
 from .errors import UserError
+
+
+def _compile(pattern: str, _cache: dict = {}):  # noqa: B006 - the dict is the cache, on purpose
+    compiled = _cache.get(pattern)
+    if compiled is None:
+        import regex  # imported at the first pattern compiled, not with this module (~20 ms)
+
+        compiled = _cache[pattern] = regex.compile(pattern)
+    return compiled
+
+
+class _Lazy:
+    """A ``regex`` pattern compiled (and ``regex`` imported) when first used: counting a file
+    with a named pretokenizer and the C extension never needs one.  A method, once looked up,
+    is the compiled pattern's own, kept in the instance (no indirection on later calls)."""
+
+    def __init__(self, pattern):
+        self.pattern = pattern
+
+    def __getattr__(self, name: str):  # only for what the instance does not hold yet
+        if name.startswith("__"):
+            raise AttributeError(name)
+        value = getattr(_compile(self.pattern), name)
+        setattr(self, name, value)
+        return value
+
 
 GPT2_PATTERN = r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
 # tiktoken's cl100k_base and o200k_base patterns, character for character.
@@ -66,8 +90,8 @@ DEFAULT_MAX_TOKEN_BYTES = 1 << 16
 # non-space character followed by a space character, so every such position is a
 # pretoken boundary and the pieces on either side pretokenize exactly as the whole.
 # cl100k/o200k let punctuation absorb following CR/LF, so only other spaces qualify.
-_CUT_ANY_SPACE = regex.compile(r"(?r)(?<=\S)\s")
-_CUT_NOT_NEWLINE = regex.compile(r"(?r)(?<=\S)[^\S\r\n]")
+_CUT_ANY_SPACE = _Lazy(r"(?r)(?<=\S)\s")
+_CUT_NOT_NEWLINE = _Lazy(r"(?r)(?<=\S)[^\S\r\n]")
 # Text with no such space (a base64 line, code without spaces) is cut where two non-space
 # characters of different families meet -- letters, numbers, the rest -- an apostrophe on
 # neither side (contractions).  Each family is a run alternative of these patterns, so its
@@ -80,9 +104,9 @@ _CUT_NOT_NEWLINE = regex.compile(r"(?r)(?<=\S)[^\S\r\n]")
 # cut), as groups 1 (letters), 2 (numbers), 3 (the rest); a cut is where a run ends and the
 # next one starts, of another family, but for the pairs that _FAMILY_NO_CUT forbids.
 _RUNS = {
-    "gpt2": regex.compile(r"(\p{L}++)|(\p{N}++)|([^\s\p{L}\p{N}']++)"),
-    "cl100k": regex.compile(r"(\p{L}++)|(\p{N}++)|([^\s\p{L}\p{N}']++)"),
-    "o200k": regex.compile(r"(\p{L}++)|(\p{N}++)|([^\s\p{L}\p{N}\p{M}']++)"),
+    "gpt2": _Lazy(r"(\p{L}++)|(\p{N}++)|([^\s\p{L}\p{N}']++)"),
+    "cl100k": _Lazy(r"(\p{L}++)|(\p{N}++)|([^\s\p{L}\p{N}']++)"),
+    "o200k": _Lazy(r"(\p{L}++)|(\p{N}++)|([^\s\p{L}\p{N}\p{M}']++)"),
 }
 _FAMILY_NO_CUT = {"gpt2": {(3, 1)}, "cl100k": {(3, 1)}, "o200k": {(3, 1)}}
 _FAMILY_NO_CUT["gpt2"] = set()  # gpt2's letters take a space before them, never another character
@@ -123,7 +147,7 @@ FAMILY_CUT_MIN_CHARS = 1 << 14
 # With a cap (``max_bytes``), a run longer than it that is one pretoken (10 MB of CJK, a
 # base64 line under ``words``) is cut between two of its pieces: the pieces are cut from the
 # pretoken's start, so the text after a piece boundary starts the same pretoken's rest.
-_SPACE = regex.compile(r"\s")
+_SPACE = _Lazy(r"\s")
 # For a custom pattern we cannot prove a boundary; we cut at the start of a match that has
 # this many characters after it, and only where the text before the cut pretokenizes
 # alone into the same matches.  A pattern that never looks further ahead than this (any
@@ -186,6 +210,8 @@ class Pretokenizer:
             if not pattern:
                 raise PretokenizeError("the regex: pretokenizer needs a pattern, e.g. 'regex:\\S+|\\s+'")
             require_utf8(pattern, "the pattern")
+            import regex  # (only a custom pattern, the fallback without the C extension and text in memory need it)
+
             try:
                 regex.compile(pattern)
             except regex.error as exc:
@@ -385,13 +411,6 @@ def cap_pieces(pieces: list, max_bytes: Optional[int]) -> list:
     return out
 
 
-def _compile(pattern: str, _cache: dict = {}):  # noqa: B006 - the dict is the cache, on purpose
-    compiled = _cache.get(pattern)
-    if compiled is None:
-        compiled = _cache[pattern] = regex.compile(pattern)
-    return compiled
-
-
 class SpecialSplitter:
     """Splits text on special tokens; where two overlap at one position the longest wins,
     and scanning goes left to right (an earlier match beats a later overlapping one)."""
@@ -403,8 +422,17 @@ class SpecialSplitter:
                 raise PretokenizeError("a special token cannot be empty")
             require_utf8(tok, "the special token")
         self.max_len = max((len(t) for t in self.tokens), default=0)
-        ordered = sorted(self.tokens, key=len, reverse=True)
-        self.regex = regex.compile("|".join(regex.escape(t) for t in ordered)) if ordered else None
+        self._ordered = sorted(self.tokens, key=len, reverse=True)
+
+    @cached_property
+    def regex(self):
+        """The compiled alternation of the tokens, longest first (None without tokens); made
+        when first used (counting a file with the C extension splits them off in bytes, with no ``regex``)."""
+        if not self._ordered:
+            return None
+        import regex
+
+        return regex.compile("|".join(regex.escape(t) for t in self._ordered))
 
     def split(self, text: str) -> Iterator[tuple]:
         """Yields ``(is_special, piece)`` covering ``text`` in order; text pieces are non-empty.
@@ -520,9 +548,14 @@ class StreamSplitter:
 # cut goes right before an ASCII space byte (never inside a multi-byte character) whose
 # preceding character is not a space -- the same rule as ``safe_cut`` -- and that no
 # occurrence of a special token straddles.
-_ASCII_SPACE = regex.compile(rb"[\t\n\v\f\r ]")
-_ASCII_SPACE_NOT_NEWLINE = regex.compile(rb"[\t\v\f ]")
-_SPACE_CHAR = regex.compile(r"\s")
+# (Byte classes: ``re`` finds what ``regex`` does.)
+_ASCII_SPACE = re.compile(rb"[\t\n\v\f\r ]")
+_ASCII_SPACE_NOT_NEWLINE = re.compile(rb"[\t\v\f ]")
+# The characters ``regex``'s \s matches (the White_Space property, unchanged since Unicode
+# 6.3; tests/test_startup.py checks it against the installed ``regex``), so that finding
+# a cut in a file needs no ``regex``.
+SPACE_CHARS = frozenset("\t\n\x0b\x0c\r \x85\xa0\u1680" + "".join(map(chr, range(0x2000, 0x200B)))
+                        + "\u2028\u2029\u202f\u205f\u3000")
 
 
 def splittable(pre: Pretokenizer) -> bool:
@@ -544,7 +577,7 @@ def find_byte_cut(data: bytes, start: int, pre: Pretokenizer, specials: Sequence
     for m in spaces.finditer(data, max(start, 4)):
         p = m.start()
         before = data[p - 4:p].decode("utf-8", "surrogateescape")[-1]
-        if _SPACE_CHAR.match(before):
+        if before in SPACE_CHARS:
             continue
         if longest and p + longest > len(data):
             return -1
@@ -629,13 +662,13 @@ GPT2_ASCII_PATTERN = (
 _GPT2_ASCII = re.compile(GPT2_ASCII_PATTERN)
 _ISLAND_GAP = 64  # about where a separate ``regex`` call (~3 us) costs what ``re`` saves on the gap
 _ISLAND = re.compile(rf"[^\x00-\x7f]+(?:[\x00-\x7f]{{1,{_ISLAND_GAP}}}[^\x00-\x7f]+)*")
-_NEXT_CUT = regex.compile(r"(?<=\S)\s")
-_GPT2_FINDALL = regex.compile(GPT2_PATTERN).findall
+_NEXT_CUT = _Lazy(r"(?<=\S)\s")
+_GPT2 = _Lazy(GPT2_PATTERN)
 
 
 def fast_split(pre: Pretokenizer) -> Callable[[str], list]:
     """``pre.split``, or for gpt2 :func:`gpt2_split` (the same pretokens, faster)."""
-    if pre.name == "gpt2" and _ascii_classes_agree():
+    if pre.name == "gpt2":
         if pre.max_bytes:
             cap = pre.max_bytes
             return lambda text: cap_pieces(gpt2_split(text), cap)
@@ -647,8 +680,16 @@ def fast_split(pre: Pretokenizer) -> Callable[[str], list]:
 def _ascii_classes_agree() -> bool:
     """Whether ``regex``'s \\p{L}, \\p{N} and \\s are [A-Za-z], [0-9] and ``re``'s ASCII \\s
     on the 128 ASCII characters (what :func:`gpt2_split` relies on)."""
+    import regex
+
     want = [(r"\p{L}", r"[A-Za-z]"), (r"\p{N}", r"[0-9]"), (r"\s", r"\s")]
     return all(bool(regex.match(u, chr(c))) == bool(re.match(a, chr(c), re.ASCII)) for u, a in want for c in range(128))
+
+
+# Whether ``re`` may take gpt2's ASCII runs (:func:`_ascii_classes_agree`, which imports
+# ``regex``): found at the first split, not when a tokenizer is made -- the native encoder
+# never splits in Python, so encode and decode with the C extension import no ``regex``.
+_re_on_ascii: Optional[bool] = None
 
 
 def gpt2_split(text: str) -> list:
@@ -657,6 +698,12 @@ def gpt2_split(text: str) -> list:
     >>> gpt2_split("Hello world's 42  café!")
     ['Hello', ' world', "'s", ' 42', ' ', ' café', '!']
     """
+    global _re_on_ascii
+    if _re_on_ascii is not True:
+        if _re_on_ascii is None:
+            _re_on_ascii = _ascii_classes_agree()
+        if not _re_on_ascii:
+            return _GPT2.findall(text)
     if text.isascii():
         return _GPT2_ASCII.findall(text)
     ascii_findall, find_island = _GPT2_ASCII.findall, _ISLAND.search
@@ -674,6 +721,6 @@ def gpt2_split(text: str) -> list:
         stop = cut.start() if cut is not None else end
         if start > pos:
             out += ascii_findall(text, pos, start)  # (pos, endpos: as if the text were cut there)
-        out += _GPT2_FINDALL(text[start:stop])
+        out += _GPT2.findall(text[start:stop])
         pos = stop
     return out

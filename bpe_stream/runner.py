@@ -19,8 +19,10 @@ from __future__ import annotations
 import os
 import signal
 from collections import deque
-from multiprocessing.connection import Pipe, wait
 from typing import Iterable, List
+
+# multiprocessing.connection (~7 ms of imports) is imported by the first worker made: one
+# worker runs its tasks inline and needs no pipe.
 
 
 class WorkerLost(ChildProcessError):
@@ -50,6 +52,8 @@ class _Worker:
     """One forked worker process and the parent's end of its pipe."""
 
     def __init__(self, siblings: List["_Worker"]):
+        from multiprocessing.connection import Pipe
+
         parent_end, child_end = Pipe(duplex=True)
         pid = os.fork()
         if pid == 0:  # the worker
@@ -155,6 +159,8 @@ class LocalRunner:
 
     def _collect(self) -> None:
         """Waits for at least one busy worker, takes every finished result, refills idle workers."""
+        from multiprocessing.connection import wait
+
         for conn in wait(list(self._busy)):
             worker, task = self._busy.pop(conn)
             try:
