@@ -213,7 +213,13 @@ def _retrying(env, fn, attempts: int = 8):
 
 def _open_dbs(env, readonly: bool, path: str) -> dict:
     def open_all():
-        return {name.decode(): env.open_db(name, create=not readonly) for name in _DBS}
+        if readonly:
+            return {name.decode(): env.open_db(name, create=False) for name in _DBS}
+        # One write transaction for all of them: without one, each open_db made and committed
+        # its own (a synced commit each when it creates its table: 4-38 ms to create a store,
+        # against ~1 ms to open one).
+        with env.begin(write=True) as txn:
+            return {name.decode(): env.open_db(name, txn=txn, create=True) for name in _DBS}
 
     try:
         return _retrying(env, open_all)
