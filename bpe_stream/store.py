@@ -50,7 +50,7 @@ import errno
 import heapq
 import os
 from contextlib import contextmanager
-from itertools import compress, islice, repeat
+from itertools import chain, compress, islice, repeat
 from operator import add, ge, is_, le, lt, not_
 from typing import Iterator, List, Optional, Tuple, Union
 
@@ -319,6 +319,29 @@ class SortedCounts:
 
 
 _NO_COUNT = bytes(8)  # what add_counts reads for a pretoken the store does not hold (a held count is > 0)
+
+
+def _column_stats(keys: list, ns: list) -> Tuple[int, int, int, int, int]:
+    """(the sum of the keys' lengths, the longest, the sum of the counts, the smallest, the
+    largest) of two lists of one length, not empty: in one pass in C where it can (~3 ms for
+    420k keys, against ~50 ms for the five passes of Python's sum, max and min)."""
+    stats = _native.column_stats(keys, ns) if _native is not None else None
+    if stats is None:  # no extension, or a count past 64 bits (refused later, with its words)
+        lens = list(map(len, keys))
+        stats = sum(lens), max(lens), sum(ns), min(ns), max(ns)
+    return stats
+
+
+_VALUE_BLOCK = 1 << 16
+
+
+def _values(ns: list) -> Iterator[bytes]:
+    """The counts (each checked to be at most MAX_COUNT) as the store's values, 8 bytes
+    little-endian, made in C a block at a time (int.to_bytes was 45 ms of 420k keys' write)."""
+    if _native is None:
+        return map(int.to_bytes, ns, repeat(8), repeat("little"))
+    blocks = (ns[i:i + _VALUE_BLOCK] for i in range(0, len(ns), _VALUE_BLOCK))
+    return chain.from_iterable(map(_native.le64_values, blocks))
 
 
 def _u64(value: int) -> bytes:
@@ -648,20 +671,22 @@ class Store:
             keys, ns = [k for k, _ in pairs], [n for _, n in pairs]
         return self._add_sorted(txn, keys, ns)
 
-    def _add_sorted(self, txn, keys: list, ns: list, increasing: bool = False) -> Tuple[int, int]:
+    def _add_sorted(self, txn, keys: list, ns: list, increasing: bool = False, stats=None) -> Tuple[int, int]:
         """:meth:`add_counts` of ``keys`` (best sorted) and their counts ``ns``; ``increasing``:
-        the caller made ``keys`` increasing (a sorted dict, ``CountTable.sorted_items``)."""
+        the caller made ``keys`` increasing (a sorted dict, ``CountTable.sorted_items``);
+        ``stats``: their :func:`_column_stats`, if the caller has them."""
         if not keys:
             return 0, 0
         # increasing: so distinct, and in the tree's order
         increasing = increasing or all(map(lt, keys, islice(keys, 1, None)))
-        if not increasing or min(ns) <= 0:
+        key_bytes, max_len, total, lowest, highest = stats or _column_stats(keys, ns)
+        if not increasing or lowest <= 0:
             new, new_bytes = self._add_each(txn, zip(keys, ns))
         else:
             # Pretokens of 1 to max_key bytes are keys of their own; the rest (b"" sorts first)
             # go under their digest.
-            if keys[0] and max(map(len, keys)) <= self.max_key:  # all short: the usual batch
-                new, new_bytes = self._add_short(txn, keys, ns)
+            if keys[0] and max_len <= self.max_key:  # all short: the usual batch
+                new, new_bytes = self._add_short(txn, keys, ns, (key_bytes, highest))
             else:
                 short = list(map(le, map(len, keys), repeat(self.max_key)))
                 short[0] = short[0] and bool(keys[0])
@@ -669,23 +694,25 @@ class Store:
                 new, new_bytes = self._add_short(txn, list(compress(keys, short)), list(compress(ns, short)))
                 more, more_bytes = self._add_each(txn, zip(compress(keys, long_), compress(ns, long_)))
                 new, new_bytes = new + more, new_bytes + more_bytes
-        self._bump_check(txn, sum(ns), new)
+        self._bump_check(txn, total, new)
         return new, new_bytes
 
-    def _add_short(self, txn, keys: list, ns: list) -> Tuple[int, int]:
+    def _add_short(self, txn, keys: list, ns: list, known: Optional[Tuple[int, int]] = None) -> Tuple[int, int]:
         """Adds positive counts of pretokens, in increasing order, that are keys of their own (1 to
         ``max_key`` bytes) in C loops: a lookup per key, the sums, one ``putmulti``.  (Per key
         from Python, the same took 4x as long: 1.8 s against 0.45 s for 420k keys.)  Into an
-        empty tree (a new store's first batch) the keys are appended: no lookups, pages filled."""
+        empty tree (a new store's first batch) the keys are appended: no lookups, pages filled.
+        ``known``: the keys' total length and the largest count, if the caller has them."""
         if not keys:
             return 0, 0
         words = self.db["words"]
         if not txn.stat(words)["entries"]:  # a new store's first batch: every key new, appended in order
-            if max(ns) > MAX_COUNT:
-                _u64(max(ns))
+            key_bytes, highest = known or (sum(map(len, keys)), max(ns))
+            if highest > MAX_COUNT:
+                _u64(highest)
             with txn.cursor(db=words) as cur:
-                cur.putmulti(zip(keys, map(int.to_bytes, ns, repeat(8), repeat("little"))), append=True)
-            return len(keys), sum(map(len, keys))
+                cur.putmulti(zip(keys, _values(ns)), append=True)
+            return len(keys), key_bytes
         olds = list(map(txn.get, keys, repeat(_NO_COUNT), repeat(words)))  # _NO_COUNT: not there
         if set(map(len, olds)) != {8}:
             raise StoreError(_damaged(self.path, "a count is not 8 bytes"))
@@ -693,7 +720,7 @@ class Store:
         if max(totals) > MAX_COUNT:  # the whole transaction is aborted: the store keeps its last commit
             _u64(max(totals))
         with txn.cursor(db=words) as cur:
-            cur.putmulti(zip(keys, map(int.to_bytes, totals, repeat(8), repeat("little"))))
+            cur.putmulti(zip(keys, _values(totals)))
         missing = list(map(is_, olds, repeat(_NO_COUNT)))
         return sum(missing), sum(map(len, compress(keys, missing)))
 
@@ -746,14 +773,15 @@ class Store:
             keys = sorted(counts)
             ns = list(map(counts.__getitem__, keys))
         counts = None  # (not kept beside the lists)
-        chunk_keys = self._stage_chunk_keys(keys)
+        stats = _column_stats(keys, ns) if keys else None
+        chunk_keys = self._stage_chunk_keys(keys, stats[0] if stats else 0)
         if len(keys) <= chunk_keys:
             def whole(txn):
                 if before is not None:
                     before(txn)
                 for key, record in sources.items():
                     self.put_source(txn, key, record)
-                new, new_bytes = self._add_sorted(txn, keys, ns, increasing=True)
+                new, new_bytes = self._add_sorted(txn, keys, ns, increasing=True, stats=stats)
                 self.bump_totals(txn, dict(totals, unique=new, unique_bytes=new_bytes))
                 return new
 
@@ -783,7 +811,7 @@ class Store:
                 self.apply_staged()
             raise
 
-    def _stage_chunk_keys(self, keys: list) -> int:
+    def _stage_chunk_keys(self, keys: list, key_bytes: int) -> int:
         """How many of ``keys`` (sorted) one transaction may add.  A key can dirty a page of
         the words' tree (a copy in this process's memory until the commit), so a store of many
         pages takes STAGE_CHUNK_KEYS a transaction; a store of few has few to dirty besides
@@ -797,7 +825,7 @@ class Store:
         if pages >= STAGE_DIRTY_PAGES:
             return STAGE_CHUNK_KEYS
         # The new entries' pages: the key, a value and a node header each, pages 2/3 full.
-        per_key = (sum(map(len, keys)) / len(keys) + _ENTRY_OVERHEAD) * 3 / 2 / _PAGE
+        per_key = (key_bytes / len(keys) + _ENTRY_OVERHEAD) * 3 / 2 / _PAGE
         fit = int((STAGE_DIRTY_PAGES - pages) / per_key)
         return min(len(keys), max(STAGE_CHUNK_KEYS, fit))
 

@@ -682,3 +682,50 @@ def test_a_count_past_2_63_aborts_the_batch_in_a_new_store_and_an_old_one(tmp_pa
         with pytest.raises(StoreError, match="2\\*\\*63"):
             st_.add_batch(store_mod.SortedCounts([b"a", b"ab"], [1, 1 << 63]), {}, {"pretokens": 1})
         assert all_words(st_) == ({} if first else {b"ab": 5})
+
+
+# -- a batch's columns: the statistics and values made in C ---------------------------------
+_native_only = pytest.mark.skipif(store_mod._native is None, reason="bpe_stream._fastbpe is not built")
+
+
+def _python_stats(keys, ns):
+    return sum(map(len, keys)), max(map(len, keys)), sum(ns), min(ns), max(ns)
+
+
+@_native_only
+@given(pairs=st.lists(st.tuples(st.binary(max_size=20), st.integers(-(1 << 56), 1 << 56)), min_size=1, max_size=50))
+def test_column_stats_in_c_are_pythons_sums_and_extremes(pairs):
+    keys, ns = [k for k, _ in pairs], [n for _, n in pairs]
+    assert store_mod._native.column_stats(keys, ns) == _python_stats(keys, ns)
+    assert store_mod._column_stats(keys, ns) == _python_stats(keys, ns)
+
+
+@_native_only
+def test_column_stats_leave_to_python_what_c_cannot_hold():
+    stats = store_mod._native.column_stats
+    for keys, ns in (([b"a"], [1 << 63]), ([b"a", b"b"], [(1 << 63) - 1, 1]),  # past 64 bits, a sum past them
+                     ([bytearray(b"a")], [1]), ([b"a"], [True]), ([], []), ([b"a", b"b"], [1])):
+        assert stats(keys, ns) is None
+    # and the store's helper then computes them in Python, big numbers included
+    assert store_mod._column_stats([b"a", b"bc"], [1 << 70, 2]) == (3, 2, (1 << 70) + 2, 2, 1 << 70)
+
+
+@_native_only
+def test_values_in_c_are_eight_bytes_little_endian_in_blocks(monkeypatch):
+    monkeypatch.setattr(store_mod, "_VALUE_BLOCK", 7)  # several blocks and a short last one
+    ns = [0, 1, 255, 256, (1 << 63) - 1, (1 << 64) - 1] * 4
+    assert list(store_mod._values(ns)) == [n.to_bytes(8, "little") for n in ns]
+    for bad in ([-1], [1 << 64]):
+        with pytest.raises(OverflowError):
+            store_mod._native.le64_values(bad)
+    with pytest.raises(TypeError):
+        store_mod._native.le64_values([1.0])
+    assert list(store_mod._values([])) == []
+
+
+def test_values_without_the_extension_are_the_same(monkeypatch):
+    ns = [1, 2, (1 << 63) - 1]
+    want = [n.to_bytes(8, "little") for n in ns]
+    monkeypatch.setattr(store_mod, "_native", None)
+    assert list(store_mod._values(ns)) == want
+    assert store_mod._column_stats([b"x", b"yz", b"w"], ns) == (4, 2, sum(ns), 1, (1 << 63) - 1)

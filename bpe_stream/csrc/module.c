@@ -964,6 +964,75 @@ static PyObject *py_merge_runs_packed(PyObject *self, PyObject *args, PyObject *
     return result;
 }
 
+/* -- the store's batch columns ---------------------------------------------------------- */
+
+PyDoc_STRVAR(column_stats_doc,
+             "column_stats(keys, counts) -> (key_bytes, max_len, total, min_count, max_count) or None\n\n"
+             "In one pass over two lists of equal length (not empty): the sum and the largest of the\n"
+             "keys' lengths (bytes), and the sum, smallest and largest of the counts -- or None when a\n"
+             "key is not bytes, a count not an int of 64 bits, or the sum passes them (the caller\n"
+             "then computes them in Python).");
+
+static PyObject *py_column_stats(PyObject *self, PyObject *args, PyObject *kwargs) {
+    static char *keywords[] = {"keys", "counts", NULL};
+    PyObject *keys, *counts;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O!O!:column_stats", keywords, &PyList_Type, &keys, &PyList_Type,
+                                     &counts))
+        return NULL;
+    Py_ssize_t n = PyList_GET_SIZE(keys);
+    if (n == 0 || PyList_GET_SIZE(counts) != n) Py_RETURN_NONE;
+    unsigned long long key_bytes = 0;
+    Py_ssize_t max_len = 0;
+    long long total = 0, lo = LLONG_MAX, hi = LLONG_MIN;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *k = PyList_GET_ITEM(keys, i), *c = PyList_GET_ITEM(counts, i);
+        if (!PyBytes_CheckExact(k) || !PyLong_CheckExact(c)) Py_RETURN_NONE;
+        Py_ssize_t len = PyBytes_GET_SIZE(k);
+        key_bytes += (unsigned long long)len;
+        if (len > max_len) max_len = len;
+        int overflow = 0;
+        long long v = PyLong_AsLongLongAndOverflow(c, &overflow);
+        if (overflow) Py_RETURN_NONE;
+        if (v < lo) lo = v;
+        if (v > hi) hi = v;
+        if (__builtin_add_overflow(total, v, &total)) Py_RETURN_NONE;
+    }
+    return Py_BuildValue("(KnLLL)", key_bytes, max_len, total, lo, hi);
+}
+
+PyDoc_STRVAR(le64_values_doc, "le64_values(counts) -> list of bytes\n\n"
+                              "Each count (an int from 0 to 2**64-1) as 8 bytes, little-endian: the store's values.");
+
+static PyObject *py_le64_values(PyObject *self, PyObject *args, PyObject *kwargs) {
+    static char *keywords[] = {"counts", NULL};
+    PyObject *counts;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O!:le64_values", keywords, &PyList_Type, &counts)) return NULL;
+    Py_ssize_t n = PyList_GET_SIZE(counts);
+    PyObject *out = PyList_New(n);
+    for (Py_ssize_t i = 0; out && i < n; i++) {
+        PyObject *c = PyList_GET_ITEM(counts, i);
+        if (!PyLong_Check(c)) {
+            PyErr_Format(PyExc_TypeError, "a count must be an int, not %.100s", Py_TYPE(c)->tp_name);
+            Py_CLEAR(out);
+            break;
+        }
+        unsigned long long v = PyLong_AsUnsignedLongLong(c);
+        if (v == (unsigned long long)-1 && PyErr_Occurred()) {
+            Py_CLEAR(out);
+            break;
+        }
+        uint8_t le[8];
+        for (int b = 0; b < 8; b++) le[b] = (uint8_t)(v >> (8 * b));
+        PyObject *value = PyBytes_FromStringAndSize((const char *)le, 8);
+        if (!value) {
+            Py_CLEAR(out);
+            break;
+        }
+        PyList_SET_ITEM(out, i, value);
+    }
+    return out;
+}
+
 /* -- the store's structure check (storecheck.c) ------------------------------------------ */
 
 static PyObject *store_check(PyObject *self, PyObject *args, PyObject *kwds) {
@@ -1005,6 +1074,8 @@ static PyMethodDef methods[] = {
     {"first_invalid_utf8", (PyCFunction)(void (*)(void))py_first_invalid_utf8, KW, first_invalid_utf8_doc},
     {"merge_runs", (PyCFunction)(void (*)(void))py_merge_runs, KW, merge_runs_doc},
     {"merge_runs_packed", (PyCFunction)(void (*)(void))py_merge_runs_packed, KW, merge_runs_packed_doc},
+    {"column_stats", (PyCFunction)(void (*)(void))py_column_stats, KW, column_stats_doc},
+    {"le64_values", (PyCFunction)(void (*)(void))py_le64_values, KW, le64_values_doc},
     {"_set_limit32", (PyCFunction)(void (*)(void))set_limit32, KW,
      "_set_limit32(limit) -> previous: the most items of an array counted in 32 bits (tests only)."},
     {NULL, NULL, 0, NULL},
