@@ -714,15 +714,24 @@ class Store:
                 cur.putmulti(zip(keys, _values(ns)), append=True)
             return len(keys), key_bytes
         olds = list(map(txn.get, keys, repeat(_NO_COUNT), repeat(words)))  # _NO_COUNT: not there
-        if set(map(len, olds)) != {8}:
-            raise StoreError(_damaged(self.path, "a count is not 8 bytes"))
-        totals = list(map(add, map(int.from_bytes, olds, repeat("little")), ns))
-        if max(totals) > MAX_COUNT:  # the whole transaction is aborted: the store keeps its last commit
-            _u64(max(totals))
+        # old + new, the values, the largest and the new keys in one pass in C ...
+        summed = _native.add_le64(keys, olds, ns, _NO_COUNT) if _native is not None else None
+        if summed is not None:
+            values, highest, new, new_bytes = summed
+        else:  # ... or in Python's, with the errors a damaged store or a count too large gets
+            if set(map(len, olds)) != {8}:
+                raise StoreError(_damaged(self.path, "a count is not 8 bytes"))
+            totals = list(map(add, map(int.from_bytes, olds, repeat("little")), ns))
+            highest = max(totals)
+            missing = list(map(is_, olds, repeat(_NO_COUNT)))
+            new, new_bytes = sum(missing), sum(map(len, compress(keys, missing)))
+            values = _values(totals) if highest <= MAX_COUNT else None
+        if highest > MAX_COUNT:  # the whole transaction is aborted: the store keeps its last commit
+            _u64(highest)
+        del olds
         with txn.cursor(db=words) as cur:
-            cur.putmulti(zip(keys, _values(totals)))
-        missing = list(map(is_, olds, repeat(_NO_COUNT)))
-        return sum(missing), sum(map(len, compress(keys, missing)))
+            cur.putmulti(zip(keys, values))
+        return new, new_bytes
 
     def _add_each(self, txn, pairs) -> Tuple[int, int]:
         """Adds (pretoken, count) pairs one by one: long pretokens (under their digest, the

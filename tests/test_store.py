@@ -729,3 +729,47 @@ def test_values_without_the_extension_are_the_same(monkeypatch):
     monkeypatch.setattr(store_mod, "_native", None)
     assert list(store_mod._values(ns)) == want
     assert store_mod._column_stats([b"x", b"yz", b"w"], ns) == (4, 2, sum(ns), 1, (1 << 63) - 1)
+
+
+@_native_only
+@given(rows=st.lists(st.tuples(st.binary(min_size=1, max_size=12), st.one_of(st.none(), st.integers(1, 1 << 62)),
+                               st.integers(1, 1 << 62)), min_size=1, max_size=40))
+def test_add_le64_in_c_is_old_plus_new_with_the_new_keys_counted(rows):
+    absent = bytes(8)  # (compared by identity: a value equal to it that the store holds is an old count)
+    keys = [k for k, _, _ in rows]
+    olds = [absent if old is None else old.to_bytes(8, "little") for _, old, _ in rows]
+    ns = [n for _, _, n in rows]
+    totals = [(old or 0) + n for _, old, n in rows]
+    values, highest, new, new_bytes = store_mod._native.add_le64(keys, olds, ns, absent)
+    assert values == [t.to_bytes(8, "little") for t in totals] and highest == max(totals)
+    assert (new, new_bytes) == (sum(old is None for _, old, _ in rows), sum(len(k) for k, old, _ in rows if old is None))
+
+
+@_native_only
+def test_add_le64_leaves_to_python_what_c_cannot_hold():
+    absent, one = object(), (1).to_bytes(8, "little")
+    for keys, olds, ns in (([b"a"], [b"\x01" * 7], [1]),  # a damaged (short) old count
+                           ([b"a"], [(2**64 - 1).to_bytes(8, "little")], [1]),  # a sum past 64 bits
+                           ([b"a"], [one], [-1]), ([b"a"], [one], [1 << 63]), ([b"a"], [one], [True]),
+                           ([b"a", b"b"], [one], [1, 1]), ([bytearray(b"a")], [absent], [1])):
+        assert store_mod._native.add_le64(keys, olds, ns, absent) is None
+    assert store_mod._native.add_le64([], [], [], absent) == ([], 0, 0, 0)
+
+
+@pytest.mark.parametrize("native", [True, False], ids=["native", "fallback"])
+def test_a_batch_into_a_store_that_holds_counts_sums_them(tmp_path, monkeypatch, native):
+    if native and store_mod._native is None:
+        pytest.skip("bpe_stream._fastbpe is not built")
+    if not native:
+        monkeypatch.setattr(store_mod, "_native", None)
+    with Store.open(tmp_path / "s", create=True) as st_:
+        st_.ensure_settings(make_settings("gpt2", []))
+        assert st_.add_batch({b" a": 2, b" b": 1}, {}, {"pretokens": 3}) == 2
+        assert st_.add_batch({b" a": 5, b" c": 4, b"zz": 1}, {}, {"pretokens": 10}) == 2
+        with st_.reader() as txn:
+            assert dict(st_.iter_words(txn)) == {b" a": 7, b" b": 1, b" c": 4, b"zz": 1}
+        assert st_.totals()["unique_bytes"] == 2 + 2 + 2 + 2
+        with pytest.raises(StoreError, match="2\\*\\*63-1"):
+            st_.add_batch({b" a": (1 << 63) - 7}, {}, {"pretokens": 1})
+        with st_.reader() as txn:
+            assert st_.count_of(b" a", txn) == 7  # the refused batch left nothing

@@ -1033,6 +1033,61 @@ static PyObject *py_le64_values(PyObject *self, PyObject *args, PyObject *kwargs
     return out;
 }
 
+PyDoc_STRVAR(add_le64_doc,
+             "add_le64(keys, olds, counts, absent) -> (values, highest, new, new_bytes) or None\n\n"
+             "For a batch into a store that holds counts: each old value (8 bytes, little-endian, or\n"
+             "the object ``absent`` for a key not there) plus its count, as the new values (8 bytes,\n"
+             "little-endian); the largest new count; how many keys were absent and their bytes.  None\n"
+             "when an old value is not 8 bytes, a count not an int of 0 to 2**63-1, or a sum passes\n"
+             "64 bits (the caller then does it in Python, with its errors).");
+
+static PyObject *py_add_le64(PyObject *self, PyObject *args, PyObject *kwargs) {
+    static char *keywords[] = {"keys", "olds", "counts", "absent", NULL};
+    PyObject *keys, *olds, *counts, *absent;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O!O!O!O:add_le64", keywords, &PyList_Type, &keys, &PyList_Type,
+                                     &olds, &PyList_Type, &counts, &absent))
+        return NULL;
+    Py_ssize_t n = PyList_GET_SIZE(olds);
+    if (PyList_GET_SIZE(counts) != n || PyList_GET_SIZE(keys) != n) Py_RETURN_NONE;
+    PyObject *values = PyList_New(n);
+    if (!values) return NULL;
+    unsigned long long highest = 0, new_bytes = 0;
+    Py_ssize_t fresh = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *old = PyList_GET_ITEM(olds, i), *c = PyList_GET_ITEM(counts, i);
+        uint64_t before = 0;
+        if (old == absent) {
+            PyObject *k = PyList_GET_ITEM(keys, i);
+            if (!PyBytes_CheckExact(k)) goto fallback;
+            fresh++;
+            new_bytes += (unsigned long long)PyBytes_GET_SIZE(k);
+        } else {
+            if (!PyBytes_CheckExact(old) || PyBytes_GET_SIZE(old) != 8) goto fallback;
+            const uint8_t *b = (const uint8_t *)PyBytes_AS_STRING(old);
+            for (int k = 0; k < 8; k++) before |= (uint64_t)b[k] << (8 * k);
+        }
+        if (!PyLong_CheckExact(c)) goto fallback;
+        int overflow = 0;
+        long long v = PyLong_AsLongLongAndOverflow(c, &overflow);
+        if (overflow || v < 0) goto fallback;
+        uint64_t after;
+        if (__builtin_add_overflow(before, (uint64_t)v, &after)) goto fallback;
+        if (after > highest) highest = after;
+        uint8_t le[8];
+        for (int k = 0; k < 8; k++) le[k] = (uint8_t)(after >> (8 * k));
+        PyObject *value = PyBytes_FromStringAndSize((const char *)le, 8);
+        if (!value) {
+            Py_DECREF(values);
+            return NULL;
+        }
+        PyList_SET_ITEM(values, i, value);
+    }
+    return Py_BuildValue("(NKnK)", values, highest, fresh, new_bytes);
+fallback:
+    Py_DECREF(values);
+    Py_RETURN_NONE;
+}
+
 /* -- the store's structure check (storecheck.c) ------------------------------------------ */
 
 static PyObject *store_check(PyObject *self, PyObject *args, PyObject *kwds) {
@@ -1076,6 +1131,7 @@ static PyMethodDef methods[] = {
     {"merge_runs_packed", (PyCFunction)(void (*)(void))py_merge_runs_packed, KW, merge_runs_packed_doc},
     {"column_stats", (PyCFunction)(void (*)(void))py_column_stats, KW, column_stats_doc},
     {"le64_values", (PyCFunction)(void (*)(void))py_le64_values, KW, le64_values_doc},
+    {"add_le64", (PyCFunction)(void (*)(void))py_add_le64, KW, add_le64_doc},
     {"_set_limit32", (PyCFunction)(void (*)(void))set_limit32, KW,
      "_set_limit32(limit) -> previous: the most items of an array counted in 32 bits (tests only)."},
     {NULL, NULL, 0, NULL},
