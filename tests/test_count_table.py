@@ -152,6 +152,40 @@ def test_fed_keys_of_every_length_near_the_end_of_the_data():
             assert tables[0].pack() == tables[1].pack(), (doc, name)
 
 
+# Runs long enough for the scanner's 8-bytes-a-step ASCII paths, broken at every offset by
+# characters those paths hand back to the decoder: non-ASCII letters, marks, digits and
+# spaces, a truncated or invalid sequence, CR/LF inside runs of spaces.
+ASCII_RUNS = ["abcdefghijklmnopq", "ABCDEFGHIJKLMNOP", "HTTPServer", "0123456789012", " " * 13, "\t\t  \t",
+              "\n" * 9, " \r\n  \n   ", "!!!...???;;;", "//////////", "don't", "DON'T", "x'll"]
+BREAKS = [b"\xc3\xa9", b"\xc3\x89", "\u4e2d".encode(), "\u0301".encode(), "\u0663".encode(), b"\xc2\xa0",
+          "\u3000".encode(), "\U0001f600".encode(), b"\xe4\xb8", b"\xff", b"\xed\xa0\x80", b"\xc2"]
+
+
+@native
+@pytest.mark.parametrize("name", NAMES)
+def test_long_ascii_runs_broken_at_every_offset(name):
+    rng = random.Random(name)
+    docs = []
+    for run_ in ASCII_RUNS:
+        run_ = run_.encode()
+        for cut in range(len(run_) + 1):
+            for brk in rng.sample(BREAKS, 3):
+                other = rng.choice(ASCII_RUNS).encode()
+                docs.append(run_[:cut] + brk + run_[cut:] + other)
+                docs.append((b" " if cut % 2 else b"") + run_[:cut] + brk)  # a break at the very end
+    for _ in range(300):
+        docs.append(b"".join(rng.choice([rng.choice(ASCII_RUNS).encode(), rng.choice(BREAKS)]) for _ in range(rng.randrange(8))))
+    table = count_table.NativeCountTable()
+    for doc in docs:
+        table.feed(doc, name)
+    want = expected_counts(docs, name)
+    assert table.to_dict() == want
+    for doc in docs[::5]:  # alone, as a whole text (the end of the text within 8 bytes)
+        alone = count_table.NativeCountTable()
+        alone.feed(doc, name)
+        assert alone.to_dict() == Counter(reference(doc, name)), doc
+
+
 @native
 def test_a_table_grown_many_times_keeps_its_order():
     """Growing re-slots entries from the old slots: after 17 doublings every entry is found
