@@ -158,13 +158,17 @@ void bs_ct_clear(bs_counttable *t) {
 size_t bs_ct_len(const bs_counttable *t) { return t->n; }
 uint64_t bs_ct_total(const bs_counttable *t) { return t->total; }
 
-static inline size_t first_slot(const bs_counttable *t, uint64_t hash) { return (size_t)hash & t->mask; }
+/* A key's first slot: its hash rotated by 32 bits, masked.  Up to 2**32 slots that is the
+ * high half, the tag its slot keeps, so growing needs no more than the old slots. */
+static inline size_t home(uint64_t hash, size_t mask) { return (size_t)((hash >> 32) | (hash << 32)) & mask; }
+static inline size_t first_slot(const bs_counttable *t, uint64_t hash) { return home(hash, t->mask); }
 static inline uint64_t slot_tag(uint64_t hash) { return hash & 0xffffffff00000000ull; }
 
 /* Doubles the slots (when adding one more entry would make them more than half full).
- * The old slots are read in order, each with its entry's low hash bits: the entries are
- * found by index (prefetched a few slots ahead), the new slots written nearly in order
- * (a key's new home is its old one or that plus the old capacity), no key is read. */
+ * The old slots are read in order, the new ones written nearly in order (a key's new home
+ * is its old one or that plus the old capacity); up to 2**32 slots the tags are all it
+ * takes, beyond that each entry's low hash bits are read too (prefetched a few slots
+ * ahead).  No key is read. */
 #define GROW_AHEAD 16
 COLD int grow_slots(bs_counttable *t) {
     size_t cap = t->mask + 1;
@@ -173,12 +177,16 @@ COLD int grow_slots(bs_counttable *t) {
     if (!slots) return BS_CT_ENOMEM;
     const uint64_t *old = t->slots;
     size_t mask = 2 * cap - 1;
+    int tags_do = (uint64_t)mask <= UINT32_MAX;
     for (size_t i = 0; i < cap; i++) {
-        if (i + GROW_AHEAD < cap && old[i + GROW_AHEAD]) PREFETCH(&t->entries[(uint32_t)old[i + GROW_AHEAD] - 1]);
         uint64_t s = old[i];
         if (!s) continue;
-        uint64_t hash = slot_tag(s) | t->entries[(uint32_t)s - 1].hash_lo;
-        size_t j = (size_t)hash & mask;
+        uint64_t hash = slot_tag(s);
+        if (!tags_do) {
+            if (i + GROW_AHEAD < cap && old[i + GROW_AHEAD]) PREFETCH(&t->entries[(uint32_t)old[i + GROW_AHEAD] - 1]);
+            hash |= t->entries[(uint32_t)s - 1].hash_lo;
+        }
+        size_t j = home(hash, mask);
         while (slots[j]) j = (j + 1) & mask;
         slots[j] = s;
     }
@@ -238,7 +246,7 @@ HOT int add_hashed(bs_counttable *t, const uint8_t *key, size_t len, uint64_t he
     if (n > UINT64_MAX - t->total) return BS_CT_ELIMIT;
     uint64_t tag = slot_tag(hash);
     const uint64_t *slots = t->slots;
-    size_t mask = t->mask, i = (size_t)hash & mask;
+    size_t mask = t->mask, i = home(hash, mask);
     for (uint64_t s; (s = slots[i]) != 0; i = (i + 1) & mask) {
         if ((s & 0xffffffff00000000ull) != tag) continue;
         entry_t *e = &t->entries[(uint32_t)s - 1];

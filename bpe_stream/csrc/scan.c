@@ -153,13 +153,15 @@ HOT size_t run(const uint8_t *s, size_t n, size_t i, uint32_t mask) {
 #ifdef SWAR
     if (swar_class(mask)) {
         while (n - i >= 8) {
-            uint64_t out = ~ascii_members(load_word(s + i), mask) & HIGH;
-            if (!out) {
-                i += 8;
-                continue;
+            if (s[i] < 0x80) { /* (a run of non-ASCII letters is decoded without a word step each) */
+                uint64_t out = ~ascii_members(load_word(s + i), mask) & HIGH;
+                if (!out) {
+                    i += 8;
+                    continue;
+                }
+                i += (size_t)__builtin_ctzll(out) >> 3;
+                if (s[i] < 0x80) return i; /* an ASCII non-member */
             }
-            i += (size_t)__builtin_ctzll(out) >> 3;
-            if (s[i] < 0x80) return i; /* an ASCII non-member */
             chr_t c = at(s, n, i);
             if (!(c.cls & mask)) return i;
             i += c.len;
