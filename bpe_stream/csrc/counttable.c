@@ -68,12 +68,14 @@ static inline uint64_t load_head(const uint8_t *p, size_t n) {
 }
 
 /* load_head where 8 bytes from p may be read (the key may be shorter): one load and a
- * mask instead of a branch on the length, which random pretoken lengths mispredict. */
+ * mask, computed without a branch on the length, which random pretoken lengths mispredict
+ * (`n >= 8 ? w : masked` compiles to a branch). */
 static inline uint64_t load_head_readable(const uint8_t *p, size_t n) {
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
     uint64_t w;
+    size_t k = n < 8 ? n : 8;
     memcpy(&w, p, 8);
-    return n >= 8 ? w : w & ((1ull << (8 * n)) - 1);
+    return w & (((1ull << (4 * k)) << (4 * k)) - 1); /* k == 8 keeps all 64 bits */
 #else
     return load_head(p, n);
 #endif

@@ -274,12 +274,12 @@ HOT size_t space_then_run(const uint8_t *s, size_t n, size_t p, chr_t c, uint32_
 }
 
 /* '(?:[sdmt]|ll|ve|re)| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+ */
-static size_t match_gpt2(const uint8_t *s, size_t n, size_t p) {
+HOT size_t match_gpt2(const uint8_t *s, size_t n, size_t p) {
     chr_t c = at(s, n, p);
     size_t e;
     if (c.cp == '\'' && (e = contraction(s, n, p)) != p) return e;
-    size_t q = c.cp == ' ' ? p + 1 : p;
-    chr_t d = q > p ? at(s, n, q) : c; /* what ` ?` leaves to the class: the run's first character */
+    size_t q = p + (c.cp == ' ');
+    chr_t d = at(s, n, q); /* what ` ?` leaves to the class: the run's first character (no branch on the space) */
     if (d.cls & BS_L) return run(s, n, q + d.len, BS_L);
     if (d.cls & BS_N) return run(s, n, q + d.len, BS_N);
     if (d.cls & BS_OTHER) return run(s, n, q + d.len, BS_OTHER);
@@ -292,7 +292,7 @@ static size_t match_gpt2(const uint8_t *s, size_t n, size_t p) {
 
 /* '(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}++|\p{N}{1,3}+| ?[^\s\p{L}\p{N}]++[\r\n]*+
  * |\s++$|\s*[\r\n]|\s+(?!\S)|\s */
-static size_t match_cl100k(const uint8_t *s, size_t n, size_t p) {
+HOT size_t match_cl100k(const uint8_t *s, size_t n, size_t p) {
     chr_t c = at(s, n, p);
     size_t e;
     if (c.cp == '\'' && (e = contraction_ci(s, n, p)) != p) return e;
@@ -354,7 +354,7 @@ static size_t o200k_letters(const uint8_t *s, size_t n, size_t p, chr_t c) {
 /* [^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?
  * |[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?
  * |\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+ */
-static size_t match_o200k(const uint8_t *s, size_t n, size_t p) {
+HOT size_t match_o200k(const uint8_t *s, size_t n, size_t p) {
     chr_t c = at(s, n, p);
     size_t e;
     if (c.cls & (BS_PFX | BS_UP | BS_LO) && (e = o200k_letters(s, n, p, c)) != p) return e;
@@ -369,12 +369,12 @@ static size_t match_o200k(const uint8_t *s, size_t n, size_t p) {
 }
 
 /* \s+|\S+ */
-static size_t match_whitespace(const uint8_t *s, size_t n, size_t p) {
+HOT size_t match_whitespace(const uint8_t *s, size_t n, size_t p) {
     return run(s, n, p, (at(s, n, p).cls & BS_S) ? BS_S : NOT_SPACE);
 }
 
 /* \S+, from the first non-space at or after *p (where *p is left): the end, or *p at the end. */
-static inline size_t match_words(const uint8_t *s, size_t n, size_t *p) {
+HOT size_t match_words(const uint8_t *s, size_t n, size_t *p) {
     *p = run(s, n, *p, BS_S);
     return run(s, n, *p, NOT_SPACE);
 }
