@@ -271,15 +271,11 @@ int bs_ct_add(bs_counttable *t, const uint8_t *key, size_t len, uint64_t n) {
  * the one being counted, the entry its slot points to. */
 #define ENTRY_AHEAD 8
 
-/* Prefetches the entry of the first slot from the key's own whose tag is the key's. */
+/* Prefetches the entry of the key's first slot: where a key that is in the table most
+ * often is (the slots are at most half full), found with one read and no tag compared. */
 HOT void prefetch_entry(const bs_counttable *t, uint64_t hash) {
-    uint64_t tag = slot_tag(hash), s;
-    for (size_t i = first_slot(t, hash); (s = t->slots[i]) != 0; i = (i + 1) & t->mask) {
-        if ((s & 0xffffffff00000000ull) == tag) {
-            PREFETCH(&t->entries[(uint32_t)s - 1]);
-            return;
-        }
-    }
+    uint64_t s = t->slots[first_slot(t, hash)];
+    if (s) PREFETCH(&t->entries[(uint32_t)s - 1]);
 }
 /* Up to SPAN_BATCH keys to add, hashed, their slots prefetched (batch_put), then added
  * with their entries prefetched a few keys ahead (add_keys): feed's pretokens and a
