@@ -313,7 +313,7 @@ HOT size_t match_cl100k(const uint8_t *s, size_t n, size_t p) {
 
 /* o200k's [\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+ from i: the greedy first
  * run gives back characters until the second can take one.  Its end, or NO_MATCH. */
-static size_t upper_star_lower_plus(const uint8_t *s, size_t n, size_t i) {
+HOT size_t upper_star_lower_plus(const uint8_t *s, size_t n, size_t i) {
     size_t after_last_lower = NO_MATCH; /* the run given back to its last character in both */
     chr_t c;
     for (;;) {
@@ -334,14 +334,14 @@ static size_t upper_star_lower_plus(const uint8_t *s, size_t n, size_t i) {
 }
 
 /* o200k's [\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]* from i: end, or NO_MATCH. */
-static size_t upper_plus_lower_star(const uint8_t *s, size_t n, size_t i) {
+HOT size_t upper_plus_lower_star(const uint8_t *s, size_t n, size_t i) {
     if (!(at(s, n, i).cls & BS_UP)) return NO_MATCH;
     return run(s, n, run(s, n, i, BS_UP), BS_LO);
 }
 
 /* The two letter alternatives of o200k, each [^\r\n\p{L}\p{N}]?(letters)(?i:'s|...)?: the
  * optional prefix is greedy, so each first tries with c as the prefix, then without. */
-static size_t o200k_letters(const uint8_t *s, size_t n, size_t p, chr_t c) {
+HOT size_t o200k_letters(const uint8_t *s, size_t n, size_t p, chr_t c) {
     size_t e = NO_MATCH;
     if (c.cls & BS_PFX) e = upper_star_lower_plus(s, n, p + c.len);
     if (e == NO_MATCH) e = upper_star_lower_plus(s, n, p);
