@@ -101,6 +101,111 @@ def test_many_distinct_pretokens_grow_the_table(make):
     assert table.to_dict() == {b"x": 1}
 
 
+def near_keys(rng):
+    """Keys of every length 0..40 that differ from each other in as little as can be: one
+    byte at any position (the first 8, the last 8, an overlapping last word), a zero byte
+    appended (b"a" and b"a\\0" share their first 8 bytes as a number) or one dropped."""
+    keys = []
+    for n in range(41):
+        base = bytes(rng.randrange(256) for _ in range(n))
+        keys += [base, base + b"\0", b"\0" * n]
+        for i in range(n):
+            keys += [base[:i] + bytes([base[i] ^ (1 << rng.randrange(8))]) + base[i + 1 :], base[:i]]
+    return keys
+
+
+@native
+@pytest.mark.parametrize("seed", range(3))
+def test_near_identical_keys_of_every_length(seed):
+    """The native table hashes and compares a key by 8-byte words: keys that differ in one
+    byte or in their length alone are distinct entries, in the fallback's insertion order."""
+    rng = random.Random(seed)
+    keys = near_keys(rng)
+    keys = [k for k in keys for _ in range(rng.randrange(1, 4))]
+    rng.shuffle(keys)
+    tables = count_table.NativeCountTable(), PyCountTable()
+    for table in tables:
+        for key in keys:
+            table.add(key, len(key) + 1)
+    assert tables[0].to_dict() == tables[1].to_dict() == Counter({k: 0 for k in keys}) + Counter(
+        {k: sum(len(x) + 1 for x in keys if x == k) for k in set(keys)}
+    )
+    assert tables[0].pack() == tables[1].pack()  # insertion order
+    merged = count_table.NativeCountTable()  # merge hashes keys read from a packed buffer
+    merged.merge(tables[1].pack())
+    merged.merge(tables[0].pack())
+    assert merged.pack() == pack_counts({k: 2 * v for k, v in tables[1].to_dict().items()})
+
+
+@native
+def test_fed_keys_of_every_length_near_the_end_of_the_data():
+    """feed reads a pretoken's first 8 bytes as one word where 8 bytes remain in the data,
+    byte by byte where fewer do; the last pretokens of a text of every length count alike."""
+    rng = random.Random(7)
+    for n in range(41):
+        words = [bytes(rng.choice(b"ab") for _ in range(rng.randrange(1, 20))) for _ in range(5)]
+        doc = b" ".join(words)[:n] + b"x" * rng.randrange(3)
+        for name in ("words", "whitespace", "gpt2", "none"):
+            tables = count_table.NativeCountTable(), PyCountTable()
+            for table in tables:
+                table.feed(doc, name)
+            assert tables[0].pack() == tables[1].pack(), (doc, name)
+
+
+# Runs long enough for the scanner's 8-bytes-a-step ASCII paths, broken at every offset by
+# characters those paths hand back to the decoder: non-ASCII letters, marks, digits and
+# spaces, a truncated or invalid sequence, CR/LF inside runs of spaces.
+ASCII_RUNS = ["abcdefghijklmnopq", "ABCDEFGHIJKLMNOP", "HTTPServer", "0123456789012", " " * 13, "\t\t  \t",
+              "\n" * 9, " \r\n  \n   ", "!!!...???;;;", "//////////", "don't", "DON'T", "x'll"]
+BREAKS = [b"\xc3\xa9", b"\xc3\x89", "\u4e2d".encode(), "\u0301".encode(), "\u0663".encode(), b"\xc2\xa0",
+          "\u3000".encode(), "\U0001f600".encode(), b"\xe4\xb8", b"\xff", b"\xed\xa0\x80", b"\xc2"]
+
+
+@native
+@pytest.mark.parametrize("name", NAMES)
+def test_long_ascii_runs_broken_at_every_offset(name):
+    rng = random.Random(name)
+    docs = []
+    for run_ in ASCII_RUNS:
+        run_ = run_.encode()
+        for cut in range(len(run_) + 1):
+            for brk in rng.sample(BREAKS, 3):
+                other = rng.choice(ASCII_RUNS).encode()
+                docs.append(run_[:cut] + brk + run_[cut:] + other)
+                docs.append((b" " if cut % 2 else b"") + run_[:cut] + brk)  # a break at the very end
+    for _ in range(300):
+        docs.append(b"".join(rng.choice([rng.choice(ASCII_RUNS).encode(), rng.choice(BREAKS)]) for _ in range(rng.randrange(8))))
+    table = count_table.NativeCountTable()
+    for doc in docs:
+        table.feed(doc, name)
+    want = expected_counts(docs, name)
+    assert table.to_dict() == want
+    for doc in docs[::5]:  # alone, as a whole text (the end of the text within 8 bytes)
+        alone = count_table.NativeCountTable()
+        alone.feed(doc, name)
+        assert alone.to_dict() == Counter(reference(doc, name)), doc
+
+
+@native
+def test_a_table_grown_many_times_keeps_its_order():
+    """Growing re-slots entries from the old slots: after 17 doublings every entry is found
+    again and the entries stay in insertion order."""
+    rng = random.Random(3)
+    keys = list(dict.fromkeys(rng.randbytes(rng.randrange(1, 24)) for _ in range(150_000)))
+    table = count_table.NativeCountTable()
+    for i, key in enumerate(keys):
+        table.add(key, i + 1)
+        if i % 9_973 == 0:  # an early key is still found while the table grows
+            table.add(keys[0])
+    for key in keys[::7]:
+        table.add(key, 1)
+    want = {k: i + 1 for i, k in enumerate(keys)}
+    want[keys[0]] += len(range(0, len(keys), 9_973))
+    for key in keys[::7]:
+        want[key] += 1
+    assert list(table.to_dict().items()) == list(want.items())
+
+
 @pytest.mark.parametrize("make", TABLES)
 def test_limits_and_bad_input(make):
     table = make()

@@ -3,10 +3,12 @@
  *
  * Open addressing with linear probing over 8-byte slots: a slot holds the high 32 bits
  * of its key's hash (a tag compared before any key is touched) and 1 + the index of its
- * entry (0: empty).  Entries sit in insertion order in one array; their keys, one after
- * the other, in one byte arena.  The slots are at most half full, so a probe is short,
- * and growing them re-slots the entries in order without touching keys (an entry keeps
- * its hash).
+ * entry (0: empty).  Entries sit in insertion order in one array of 32-byte entries (the
+ * key's first 8 bytes, its length, its count, the low 32 bits of its hash); their keys,
+ * one after the other, in one byte arena.  The hash is wyhash-like, a multiplication per
+ * 16 bytes, and keys compare as 8-byte words, so a key up to 8 bytes is decided by its
+ * entry alone.  The slots are at most half full, so a probe is short, and growing them
+ * re-slots the entries from the old slots without touching keys.
  */
 #include "counttable.h"
 
@@ -19,9 +21,9 @@ typedef struct {
     uint64_t count;
     uint64_t head; /* the key's first 8 bytes (zeros after a shorter key): most keys compare here */
     size_t off;    /* of its key in the arena */
-    uint64_t hash; /* kept so that growing the slots reads entries in order, not keys */
     uint32_t len;
-} entry_t;
+    uint32_t hash_lo; /* the low 32 bits of its hash (its slot holds the high 32): growing reads no key */
+} entry_t; /* 32 bytes on a 64-bit machine: an entry never straddles a cache line */
 
 struct bs_counttable {
     uint64_t *slots;
@@ -36,11 +38,15 @@ struct bs_counttable {
 #define INITIAL_SLOTS 1024u
 #define SPAN_BATCH 256u
 
-static inline uint64_t mix(uint64_t x) { /* splitmix64's finalizer */
-    x ^= x >> 30, x *= 0xbf58476d1ce4e5b9ull;
-    x ^= x >> 27, x *= 0x94d049bb133111ebull;
-    return x ^ (x >> 31);
-}
+#if defined(__GNUC__) || defined(__clang__)
+#define HOT static inline __attribute__((always_inline))
+#define COLD static __attribute__((noinline))
+#define PREFETCH(p) __builtin_prefetch(p)
+#else
+#define HOT static inline
+#define COLD static
+#define PREFETCH(p) ((void)(p))
+#endif
 
 /* Up to 8 bytes as a little-endian number (zeros above them). */
 static inline uint64_t load_head(const uint8_t *p, size_t n) {
@@ -62,29 +68,67 @@ static inline uint64_t load_head(const uint8_t *p, size_t n) {
 }
 
 /* load_head where 8 bytes from p may be read (the key may be shorter): one load and a
- * mask instead of a branch on the length, which random pretoken lengths mispredict. */
+ * mask, computed without a branch on the length, which random pretoken lengths mispredict
+ * (`n >= 8 ? w : masked` compiles to a branch). */
 static inline uint64_t load_head_readable(const uint8_t *p, size_t n) {
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
     uint64_t w;
+    size_t k = n < 8 ? n : 8;
     memcpy(&w, p, 8);
-    return n >= 8 ? w : w & ((1ull << (8 * n)) - 1);
+    return w & (((1ull << (4 * k)) << (4 * k)) - 1); /* k == 8 keeps all 64 bits */
 #else
     return load_head(p, n);
 #endif
 }
 
-/* The hash of a key whose first 8 bytes are `head`. */
-static uint64_t hash_key(const uint8_t *p, size_t n, uint64_t head) {
-    uint64_t h = (0x9e3779b97f4a7c15ull ^ n) + head * 0xff51afd7ed558ccdull;
-    for (size_t k = 8; k < n; k += 8) {
-        h ^= h >> 32;
-        h = (h ^ load_head(p + k, n - k)) * 0xff51afd7ed558ccdull;
-    }
-    return mix(h);
+/* 8 bytes in the machine's order: hashed and compared, never ordered. */
+static inline uint64_t load64(const uint8_t *p) {
+    uint64_t w;
+    memcpy(&w, p, 8);
+    return w;
 }
 
-static inline int same_key(const bs_counttable *t, const entry_t *e, const uint8_t *key, size_t len, uint64_t head) {
-    return e->head == head && e->len == len && (len <= 8 || memcmp(t->keys + e->off + 8, key + 8, len - 8) == 0);
+/* The 128-bit product of a and b, its halves xored (wyhash's mum). */
+static inline uint64_t mum(uint64_t a, uint64_t b) {
+#if defined(__SIZEOF_INT128__)
+    unsigned __int128 r = (unsigned __int128)a * b;
+    return (uint64_t)r ^ (uint64_t)(r >> 64);
+#else
+    uint64_t al = (uint32_t)a, ah = a >> 32, bl = (uint32_t)b, bh = b >> 32;
+    uint64_t ll = al * bl, lh = al * bh, hl = ah * bl, hh = ah * bh;
+    uint64_t mid = (ll >> 32) + (uint32_t)lh + (uint32_t)hl;
+    uint64_t lo = (mid << 32) | (uint32_t)ll;
+    uint64_t hi = hh + (lh >> 32) + (hl >> 32) + (mid >> 32);
+    return lo ^ hi;
+#endif
+}
+
+#define K0 0xa0761d6478bd642full
+#define K1 0xe7037ed1a0b428dbull
+#define K2 0x8ebc6af09c88c6e3ull
+
+/* The hash of a key whose first 8 bytes are `head` (wyhash-like: one multiplication for
+ * a key up to 16 bytes, its last 8 read as one word that may overlap the head). */
+HOT uint64_t hash_key(const uint8_t *p, size_t n, uint64_t head) {
+    uint64_t seed = (uint64_t)n ^ K1;
+    if (n <= 8) return mum(head ^ K0, seed);
+    if (n <= 16) return mum(head ^ K0, load64(p + n - 8) ^ seed);
+    size_t i = 0;
+    for (; n - i > 16; i += 16) seed = mum(load64(p + i) ^ K2, load64(p + i + 8) ^ seed);
+    return mum(load64(p + n - 16) ^ K0, load64(p + n - 8) ^ seed);
+}
+
+/* Whether two keys of len > 8 bytes whose first 8 agree are the same: word by word, the
+ * last word read where it ends (overlapping the one before). */
+HOT int same_tail(const uint8_t *a, const uint8_t *b, size_t len) {
+    size_t i = 8;
+    for (; len - i > 8; i += 8)
+        if (load64(a + i) != load64(b + i)) return 0;
+    return load64(a + len - 8) == load64(b + len - 8);
+}
+
+HOT int same_key(const bs_counttable *t, const entry_t *e, const uint8_t *key, size_t len, uint64_t head) {
+    return e->head == head && e->len == len && (len <= 8 || same_tail(t->keys + e->off, key, len));
 }
 
 bs_counttable *bs_ct_new(void) {
@@ -116,20 +160,37 @@ void bs_ct_clear(bs_counttable *t) {
 size_t bs_ct_len(const bs_counttable *t) { return t->n; }
 uint64_t bs_ct_total(const bs_counttable *t) { return t->total; }
 
-static inline size_t first_slot(const bs_counttable *t, uint64_t hash) { return (size_t)hash & t->mask; }
+/* A key's first slot: its hash rotated by 32 bits, masked.  Up to 2**32 slots that is the
+ * high half, the tag its slot keeps, so growing needs no more than the old slots. */
+static inline size_t home(uint64_t hash, size_t mask) { return (size_t)((hash >> 32) | (hash << 32)) & mask; }
+static inline size_t first_slot(const bs_counttable *t, uint64_t hash) { return home(hash, t->mask); }
+static inline uint64_t slot_tag(uint64_t hash) { return hash & 0xffffffff00000000ull; }
 
-/* Doubles the slots (when adding one more entry would make them more than half full). */
-static int grow_slots(bs_counttable *t) {
+/* Doubles the slots (when adding one more entry would make them more than half full).
+ * The old slots are read in order, the new ones written nearly in order (a key's new home
+ * is its old one or that plus the old capacity); up to 2**32 slots the tags are all it
+ * takes, beyond that each entry's low hash bits are read too (prefetched a few slots
+ * ahead).  No key is read. */
+#define GROW_AHEAD 16
+COLD int grow_slots(bs_counttable *t) {
     size_t cap = t->mask + 1;
     if (cap > SIZE_MAX / 2 / sizeof *t->slots) return BS_CT_ENOMEM;
     uint64_t *slots = calloc(2 * cap, sizeof *slots);
     if (!slots) return BS_CT_ENOMEM;
+    const uint64_t *old = t->slots;
     size_t mask = 2 * cap - 1;
-    for (size_t i = 0; i < t->n; i++) {
-        uint64_t hash = t->entries[i].hash;
-        size_t j = (size_t)hash & mask;
+    int tags_do = (uint64_t)mask <= UINT32_MAX;
+    for (size_t i = 0; i < cap; i++) {
+        uint64_t s = old[i];
+        if (!s) continue;
+        uint64_t hash = slot_tag(s);
+        if (!tags_do) {
+            if (i + GROW_AHEAD < cap && old[i + GROW_AHEAD]) PREFETCH(&t->entries[(uint32_t)old[i + GROW_AHEAD] - 1]);
+            hash |= t->entries[(uint32_t)s - 1].hash_lo;
+        }
+        size_t j = home(hash, mask);
         while (slots[j]) j = (j + 1) & mask;
-        slots[j] = (hash & 0xffffffff00000000ull) | (uint64_t)(i + 1);
+        slots[j] = s;
     }
     free(t->slots);
     t->slots = slots;
@@ -152,27 +213,10 @@ static int reserve(void *buf, size_t *cap, size_t len, size_t more, size_t size,
     return BS_CT_OK;
 }
 
-#if defined(__GNUC__) || defined(__clang__)
-#define PREFETCH(p) __builtin_prefetch(p)
-#else
-#define PREFETCH(p) ((void)(p))
-#endif
-
-/* bs_ct_add with the key's head and hash known. */
-static int add_hashed(bs_counttable *t, const uint8_t *key, size_t len, uint64_t head, uint64_t hash, uint64_t n) {
-    if (n > UINT64_MAX - t->total) return BS_CT_ELIMIT;
-    uint64_t tag = hash & 0xffffffff00000000ull;
-    size_t i = first_slot(t, hash);
-    for (uint64_t s; (s = t->slots[i]) != 0; i = (i + 1) & t->mask) {
-        if ((s & 0xffffffff00000000ull) != tag) continue;
-        entry_t *e = &t->entries[(uint32_t)s - 1];
-        if (same_key(t, e, key, len, head)) {
-            e->count += n; /* <= total, which did not overflow */
-            t->total += n;
-            return BS_CT_OK;
-        }
-    }
-    /* a new entry: everything that can fail comes before anything changes */
+/* A new entry for a key not in the table, whose empty slot is i. */
+COLD int insert_new(bs_counttable *t, const uint8_t *key, size_t len, uint64_t head, uint64_t hash, uint64_t n,
+                    size_t i) {
+    /* everything that can fail comes before anything changes */
     if (t->n >= BS_CT_MAX_ENTRIES || len > UINT32_MAX) return BS_CT_ELIMIT;
     int rc;
     void *p;
@@ -190,13 +234,31 @@ static int add_hashed(bs_counttable *t, const uint8_t *key, size_t len, uint64_t
     e->head = head;
     e->off = t->keys_len;
     e->len = (uint32_t)len;
-    e->hash = hash;
+    e->hash_lo = (uint32_t)hash;
     if (len) memcpy(t->keys + t->keys_len, key, len);
     t->keys_len += len;
-    t->slots[i] = tag | (uint64_t)(t->n + 1);
+    t->slots[i] = slot_tag(hash) | (uint64_t)(t->n + 1);
     t->n++;
     t->total += n;
     return BS_CT_OK;
+}
+
+/* bs_ct_add with the key's head and hash known: the probe inline, a new entry out of line. */
+HOT int add_hashed(bs_counttable *t, const uint8_t *key, size_t len, uint64_t head, uint64_t hash, uint64_t n) {
+    if (n > UINT64_MAX - t->total) return BS_CT_ELIMIT;
+    uint64_t tag = slot_tag(hash);
+    const uint64_t *slots = t->slots;
+    size_t mask = t->mask, i = home(hash, mask);
+    for (uint64_t s; (s = slots[i]) != 0; i = (i + 1) & mask) {
+        if ((s & 0xffffffff00000000ull) != tag) continue;
+        entry_t *e = &t->entries[(uint32_t)s - 1];
+        if (same_key(t, e, key, len, head)) {
+            e->count += n; /* <= total, which did not overflow */
+            t->total += n;
+            return BS_CT_OK;
+        }
+    }
+    return insert_new(t, key, len, head, hash, n, i);
 }
 
 int bs_ct_add(bs_counttable *t, const uint8_t *key, size_t len, uint64_t n) {
@@ -209,15 +271,11 @@ int bs_ct_add(bs_counttable *t, const uint8_t *key, size_t len, uint64_t n) {
  * the one being counted, the entry its slot points to. */
 #define ENTRY_AHEAD 8
 
-/* Prefetches the entry of the first slot from the key's own whose tag is the key's. */
-static inline void prefetch_entry(const bs_counttable *t, uint64_t hash) {
-    uint64_t tag = hash & 0xffffffff00000000ull, s;
-    for (size_t i = first_slot(t, hash); (s = t->slots[i]) != 0; i = (i + 1) & t->mask) {
-        if ((s & 0xffffffff00000000ull) == tag) {
-            PREFETCH(&t->entries[(uint32_t)s - 1]);
-            return;
-        }
-    }
+/* Prefetches the entry of the key's first slot: where a key that is in the table most
+ * often is (the slots are at most half full), found with one read and no tag compared. */
+HOT void prefetch_entry(const bs_counttable *t, uint64_t hash) {
+    uint64_t s = t->slots[first_slot(t, hash)];
+    if (s) PREFETCH(&t->entries[(uint32_t)s - 1]);
 }
 /* Up to SPAN_BATCH keys to add, hashed, their slots prefetched (batch_put), then added
  * with their entries prefetched a few keys ahead (add_keys): feed's pretokens and a
@@ -228,8 +286,8 @@ typedef struct {
     uint64_t head[SPAN_BATCH], hash[SPAN_BATCH], n[SPAN_BATCH];
 } key_batch;
 
-static inline void batch_put(const bs_counttable *t, key_batch *b, size_t k, const uint8_t *key, size_t len,
-                             uint64_t head, uint64_t n) {
+HOT void batch_put(const bs_counttable *t, key_batch *b, size_t k, const uint8_t *key, size_t len, uint64_t head,
+                   uint64_t n) {
     b->key[k] = key;
     b->len[k] = len;
     b->head[k] = head;

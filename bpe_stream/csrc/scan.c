@@ -14,7 +14,12 @@
  * -- what the surrogateescape handler makes of it (a maximal ill-formed prefix holds only
  * bytes that cannot start a sequence, so byte-by-byte and CPython's error ranges agree).
  * A character's classes come from the generated unicode_tables.h: bit masks of the classes
- * as the patterns spell them, asked of regex itself.  ASCII is one table lookup.
+ * as the patterns spell them, asked of regex itself.  ASCII is one table lookup, and the
+ * runs of the classes (letters, digits, spaces, other) step over up to 8 ASCII bytes at a
+ * time (SWAR, on a little-endian GCC/Clang build): the ASCII members of each class are
+ * spelled out as byte ranges there, which must agree with bs_ascii (they do for every
+ * regex release: ASCII's classes are fixed).  The common 2- and 3-byte UTF-8 forms
+ * decode inline, the rest out of line.
  */
 #include "scan.h"
 
@@ -78,17 +83,91 @@ HOT chr_t at(const uint8_t *s, size_t n, size_t i) {
     chr_t c;
     if (i >= n) {
         c.cls = 0, c.cp = UINT32_MAX, c.len = 0;
-    } else if (s[i] < 0x80) {
-        c.cp = s[i], c.len = 1, c.cls = bs_ascii[c.cp];
+        return c;
+    }
+    uint32_t b0 = s[i];
+    if (b0 < 0x80) {
+        c.cp = b0, c.len = 1, c.cls = bs_ascii[b0];
+        return c;
+    }
+    /* the common well-formed 2- and 3-byte forms inline (no overlong form, no surrogate:
+     * C2..DF, and E1..EC, EE, EF, whose second byte may be any continuation byte) */
+    if (b0 >= 0xC2 && b0 <= 0xDF && n - i >= 2 && (s[i + 1] & 0xC0) == 0x80) {
+        c.cp = ((b0 & 0x1F) << 6) | (s[i + 1] & 0x3Fu), c.len = 2;
+    } else if (b0 >= 0xE1 && b0 <= 0xEF && b0 != 0xED && n - i >= 3 && (s[i + 1] & 0xC0) == 0x80 &&
+               (s[i + 2] & 0xC0) == 0x80) {
+        c.cp = ((b0 & 0x0F) << 12) | ((s[i + 1] & 0x3Fu) << 6) | (s[i + 2] & 0x3Fu), c.len = 3;
     } else {
         c.cp = decode_multibyte(s, n, i, &c.len);
-        c.cls = class_of(c.cp);
     }
+    c.cls = class_of(c.cp);
     return c;
 }
 
+#define NOT_SPACE (BS_L | BS_N | BS_OTHER) /* the generator checks these cover \S */
+
+/* Eight ASCII bytes at a time (a little-endian machine with GCC or Clang builtins): which
+ * bytes of a word are ASCII members of a class, as the high bit of each byte.  The ASCII
+ * members of the classes (bs_ascii) are fixed: \p{L} is [A-Za-z], [\p{Lu}..] [A-Z],
+ * [\p{Ll}..] [a-z], \p{N} [0-9], \s [\t\n\v\f\r ], [^\s\p{L}\p{N}] the rest. */
+#if (defined(__GNUC__) || defined(__clang__)) && defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+#define SWAR 1
+#define ONES 0x0101010101010101ull
+#define HIGH 0x8080808080808080ull
+
+/* Per byte of t (each below 0x80): the high bit where the byte is at least a (a <= 0x80);
+ * no sum carries into the next byte. */
+static inline uint64_t at_least(uint64_t t, uint64_t a) { return (t + (0x80 - a) * ONES) & HIGH; }
+static inline uint64_t within(uint64_t t, uint64_t a, uint64_t b) { return at_least(t, a) & ~at_least(t, b + 1); }
+
+/* Whether ascii_members knows the class `mask` (a constant where it is asked). */
+static inline int swar_class(uint32_t mask) {
+    return mask == BS_L || mask == BS_N || mask == BS_S || mask == BS_OTHER || mask == BS_UP || mask == BS_LO ||
+           mask == NOT_SPACE;
+}
+
+static inline uint64_t space_members(uint64_t t) { return within(t, 0x09, 0x0D) | within(t, 0x20, 0x20); }
+static inline uint64_t crlf_members(uint64_t t) { return within(t, 0x0A, 0x0A) | within(t, 0x0D, 0x0D); }
+
+HOT uint64_t ascii_members(uint64_t w, uint32_t mask) {
+    uint64_t t = w & ~HIGH, ascii = ~w & HIGH, m;
+    if (mask == BS_L) m = within(t | 0x20 * ONES, 'a', 'z');
+    else if (mask == BS_UP) m = within(t, 'A', 'Z');
+    else if (mask == BS_LO) m = within(t, 'a', 'z');
+    else if (mask == BS_N) m = within(t, '0', '9');
+    else if (mask == BS_S) m = space_members(t);
+    else if (mask == NOT_SPACE) m = ~space_members(t);
+    else m = ~(within(t | 0x20 * ONES, 'a', 'z') | within(t, '0', '9') | space_members(t)); /* BS_OTHER */
+    return m & ascii;
+}
+
+static inline uint64_t load_word(const uint8_t *p) {
+    uint64_t w;
+    memcpy(&w, p, 8);
+    return w;
+}
+#endif
+
 /* The end of the run of characters in `mask` from i (i itself if there is none). */
 HOT size_t run(const uint8_t *s, size_t n, size_t i, uint32_t mask) {
+#ifdef SWAR
+    if (swar_class(mask)) {
+        while (n - i >= 8) {
+            if (s[i] < 0x80) { /* (a run of non-ASCII letters is decoded without a word step each) */
+                uint64_t out = ~ascii_members(load_word(s + i), mask) & HIGH;
+                if (!out) {
+                    i += 8;
+                    continue;
+                }
+                i += (size_t)__builtin_ctzll(out) >> 3;
+                if (s[i] < 0x80) return i; /* an ASCII non-member */
+            }
+            chr_t c = at(s, n, i);
+            if (!(c.cls & mask)) return i;
+            i += c.len;
+        }
+    }
+#endif
     for (;;) {
         chr_t c = at(s, n, i);
         if (!(c.cls & mask)) return i;
@@ -98,6 +177,15 @@ HOT size_t run(const uint8_t *s, size_t n, size_t i, uint32_t mask) {
 
 /* The same, at most `most` characters long. */
 HOT size_t run_at_most(const uint8_t *s, size_t n, size_t i, uint32_t mask, int most) {
+#ifdef SWAR
+    if (swar_class(mask) && most < 8 && n - i >= 8) {
+        uint64_t out = ~ascii_members(load_word(s + i), mask) & HIGH;
+        int k = out ? __builtin_ctzll(out) >> 3 : 8;
+        if (k >= most) return i + (size_t)most; /* `most` ASCII members */
+        if (s[i + k] < 0x80) return i + (size_t)k;
+        /* else a non-ASCII character within reach: character by character */
+    }
+#endif
     for (int k = 0; k < most; k++) {
         chr_t c = at(s, n, i);
         if (!(c.cls & mask)) break;
@@ -120,6 +208,23 @@ typedef struct {
 
 HOT space_run spaces(const uint8_t *s, size_t n, size_t p) {
     space_run r = {p, p, 0};
+#ifdef SWAR
+    while (n - r.end >= 8) { /* up to 8 ASCII spaces a step, their last CR or LF found by its bit */
+        uint64_t w = load_word(s + r.end), t = w & ~HIGH;
+        uint64_t out = ~(space_members(t) & ~w) & HIGH;
+        size_t k = out ? (size_t)__builtin_ctzll(out) >> 3 : 8;
+        if (k) {
+            uint64_t crlf = crlf_members(t) & (k == 8 ? HIGH : HIGH & ((1ull << (8 * k)) - 1));
+            if (crlf) r.after_crlf = r.end + ((size_t)(63 - __builtin_clzll(crlf)) >> 3) + 1;
+            r.last = r.end + k - 1;
+            r.end += k;
+        }
+        if (k < 8) {
+            if (s[r.end] < 0x80) return r; /* an ASCII non-space */
+            break;                         /* a non-ASCII character: character by character */
+        }
+    }
+#endif
     for (;;) {
         chr_t c = at(s, n, r.end);
         if (!(c.cls & BS_S)) return r;
@@ -169,15 +274,15 @@ HOT size_t space_then_run(const uint8_t *s, size_t n, size_t p, chr_t c, uint32_
 }
 
 /* '(?:[sdmt]|ll|ve|re)| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+ */
-static size_t match_gpt2(const uint8_t *s, size_t n, size_t p) {
+HOT size_t match_gpt2(const uint8_t *s, size_t n, size_t p) {
     chr_t c = at(s, n, p);
     size_t e;
     if (c.cp == '\'' && (e = contraction(s, n, p)) != p) return e;
-    chr_t d = c.cp == ' ' ? at(s, n, p + 1) : c; /* what ` ?` leaves to the class */
-    if (d.cls & (BS_L | BS_N | BS_OTHER)) {
-        uint32_t mask = d.cls & BS_L ? BS_L : d.cls & BS_N ? BS_N : BS_OTHER;
-        return space_then_run(s, n, p, c, mask);
-    }
+    size_t q = p + (c.cp == ' ');
+    chr_t d = at(s, n, q); /* what ` ?` leaves to the class: the run's first character (no branch on the space) */
+    if (d.cls & BS_L) return run(s, n, q + d.len, BS_L);
+    if (d.cls & BS_N) return run(s, n, q + d.len, BS_N);
+    if (d.cls & BS_OTHER) return run(s, n, q + d.len, BS_OTHER);
     if (!(c.cls & BS_S)) return p; /* not reached: each character is in L, N, S or other */
     space_run r = spaces(s, n, p);
     if (r.end == n) return n;      /* \s+(?!\S): the run reaches the end */
@@ -187,7 +292,7 @@ static size_t match_gpt2(const uint8_t *s, size_t n, size_t p) {
 
 /* '(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}++|\p{N}{1,3}+| ?[^\s\p{L}\p{N}]++[\r\n]*+
  * |\s++$|\s*[\r\n]|\s+(?!\S)|\s */
-static size_t match_cl100k(const uint8_t *s, size_t n, size_t p) {
+HOT size_t match_cl100k(const uint8_t *s, size_t n, size_t p) {
     chr_t c = at(s, n, p);
     size_t e;
     if (c.cp == '\'' && (e = contraction_ci(s, n, p)) != p) return e;
@@ -208,12 +313,19 @@ static size_t match_cl100k(const uint8_t *s, size_t n, size_t p) {
 
 /* o200k's [\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+ from i: the greedy first
  * run gives back characters until the second can take one.  Its end, or NO_MATCH. */
-static size_t upper_star_lower_plus(const uint8_t *s, size_t n, size_t i) {
+HOT size_t upper_star_lower_plus(const uint8_t *s, size_t n, size_t i) {
     size_t after_last_lower = NO_MATCH; /* the run given back to its last character in both */
     chr_t c;
     for (;;) {
         c = at(s, n, i);
         if (!(c.cls & BS_UP)) break;
+#ifdef SWAR
+        if (c.len == 1 && n - i >= 8) { /* ASCII capitals (none is lower case) up to 8 a step */
+            uint64_t out = ~ascii_members(load_word(s + i), BS_UP) & HIGH;
+            i += out ? (size_t)__builtin_ctzll(out) >> 3 : 8;
+            continue;
+        }
+#endif
         i += c.len;
         if (c.cls & BS_LO) after_last_lower = i;
     }
@@ -222,14 +334,14 @@ static size_t upper_star_lower_plus(const uint8_t *s, size_t n, size_t i) {
 }
 
 /* o200k's [\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]* from i: end, or NO_MATCH. */
-static size_t upper_plus_lower_star(const uint8_t *s, size_t n, size_t i) {
+HOT size_t upper_plus_lower_star(const uint8_t *s, size_t n, size_t i) {
     if (!(at(s, n, i).cls & BS_UP)) return NO_MATCH;
     return run(s, n, run(s, n, i, BS_UP), BS_LO);
 }
 
 /* The two letter alternatives of o200k, each [^\r\n\p{L}\p{N}]?(letters)(?i:'s|...)?: the
  * optional prefix is greedy, so each first tries with c as the prefix, then without. */
-static size_t o200k_letters(const uint8_t *s, size_t n, size_t p, chr_t c) {
+HOT size_t o200k_letters(const uint8_t *s, size_t n, size_t p, chr_t c) {
     size_t e = NO_MATCH;
     if (c.cls & BS_PFX) e = upper_star_lower_plus(s, n, p + c.len);
     if (e == NO_MATCH) e = upper_star_lower_plus(s, n, p);
@@ -242,7 +354,7 @@ static size_t o200k_letters(const uint8_t *s, size_t n, size_t p, chr_t c) {
 /* [^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?
  * |[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?
  * |\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+ */
-static size_t match_o200k(const uint8_t *s, size_t n, size_t p) {
+HOT size_t match_o200k(const uint8_t *s, size_t n, size_t p) {
     chr_t c = at(s, n, p);
     size_t e;
     if (c.cls & (BS_PFX | BS_UP | BS_LO) && (e = o200k_letters(s, n, p, c)) != p) return e;
@@ -256,15 +368,13 @@ static size_t match_o200k(const uint8_t *s, size_t n, size_t p) {
     return r.end;                          /* \s+ */
 }
 
-#define NOT_SPACE (BS_L | BS_N | BS_OTHER) /* the generator checks these cover \S */
-
 /* \s+|\S+ */
-static size_t match_whitespace(const uint8_t *s, size_t n, size_t p) {
+HOT size_t match_whitespace(const uint8_t *s, size_t n, size_t p) {
     return run(s, n, p, (at(s, n, p).cls & BS_S) ? BS_S : NOT_SPACE);
 }
 
 /* \S+, from the first non-space at or after *p (where *p is left): the end, or *p at the end. */
-static inline size_t match_words(const uint8_t *s, size_t n, size_t *p) {
+HOT size_t match_words(const uint8_t *s, size_t n, size_t *p) {
     *p = run(s, n, *p, BS_S);
     return run(s, n, *p, NOT_SPACE);
 }
