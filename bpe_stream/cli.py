@@ -519,6 +519,10 @@ def app_for(args: List[str]) -> typer.Typer:
 
 def main():
     """The ``bpe-stream`` script (and ``python -m bpe_stream``): runs the command, then exits."""
+    # The modules imported so far (typer, click, ours) live as long as the process: frozen, the
+    # collector's full passes no longer walk them each time a command makes many objects
+    # (a train's merges and its tokenizer document: 33 ms of such passes on code_25M).
+    gc.freeze()
     try:
         app_for(sys.argv[1:])(prog_name="bpe-stream")
     finally:

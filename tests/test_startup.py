@@ -133,6 +133,23 @@ def test_the_script_leaves_the_objects_of_the_run_to_the_exit(tmp_path):
     assert res.returncode == 1 and res.stderr.count("Error:") == 1, res.stderr
 
 
+def test_the_modules_imported_before_a_command_are_frozen_while_it_runs(tmp_path, monkeypatch):
+    # main() freezes what the imports made before it runs the command: the collector's full
+    # passes during a train (its merges, its tokenizer document) then skip typer, click and ours.
+    import gc
+
+    from bpe_stream import cli
+
+    seen = []
+    monkeypatch.setattr(cli, "app_for", lambda args: lambda prog_name: seen.append(gc.get_freeze_count()))
+    gc.unfreeze()
+    try:
+        cli.main()
+    finally:
+        gc.unfreeze()
+    assert seen and seen[0] > 1000
+
+
 def _command_names():
     from bpe_stream.cli import app
 
