@@ -17,7 +17,6 @@ from collections import Counter
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from scanner_inputs import NAMES, documents
 
 from bpe_stream import count_table, counting
 from bpe_stream.count_table import MAX_COUNT, PyCountTable, pack_counts, py_merge_runs, py_merge_runs_packed
@@ -59,16 +58,6 @@ def test_pack_sorted_is_the_packed_form_in_key_order(make, counts):
     table = table_of(make, counts)
     assert table.pack(sorted=True) == run_of(counts)
     assert table.pack() == pack_counts(counts)  # unsorted: insertion order, as before
-
-
-@native
-@given(docs=st.lists(documents, max_size=4), name=st.sampled_from(NAMES))
-def test_native_and_fallback_runs_are_the_same_bytes(docs, name):
-    tables = count_table.NativeCountTable(), PyCountTable()
-    for table in tables:
-        for doc in docs:
-            table.feed(doc, name)
-    assert tables[0].pack(sorted=True) == tables[1].pack(sorted=True)
 
 
 @pytest.mark.parametrize("merges", MERGES)

@@ -73,6 +73,7 @@ def test_native_and_fallback_pack_the_same_bytes(docs, name):
         table.add(b"", 3)
     packed = [t.pack() for t in tables]
     assert packed[0] == packed[1] == pack_counts(tables[1].to_dict())
+    assert tables[0].pack(sorted=True) == tables[1].pack(sorted=True)  # and as runs (test_count_runs.py)
     for table, other in ((tables[0], packed[1]), (tables[1], packed[0])):  # each merges the other's
         table.merge(other)
     assert tables[0].to_dict() == tables[1].to_dict()

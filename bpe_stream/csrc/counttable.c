@@ -420,23 +420,12 @@ int bs_ct_sorted(const bs_counttable *t, uint32_t *order) {
 
 size_t bs_ct_packed_size(const bs_counttable *t) { return t->keys_len + BS_CT_PACKED_OVERHEAD * t->n; }
 
-static inline uint8_t *put_le(uint8_t *out, uint64_t v, int bytes) {
-    for (int k = 0; k < bytes; k++) out[k] = (uint8_t)(v >> (8 * k));
-    return out + bytes;
-}
-
-static inline uint64_t get_le(const uint8_t *in, int bytes) {
-    uint64_t v = 0;
-    for (int k = 0; k < bytes; k++) v |= (uint64_t)in[k] << (8 * k);
-    return v;
-}
-
 void bs_ct_pack(const bs_counttable *t, uint8_t *out) {
     for (size_t i = 0; i < t->n; i++) {
         const entry_t *e = &t->entries[i];
-        out = put_le(out, e->len, 4);
+        out = bs_ct_put_le(out, e->len, 4);
         if (e->len) memcpy(out, t->keys + e->off, e->len); /* keys is NULL while every key is b"" */
-        out = put_le(out + e->len, e->count, 8);
+        out = bs_ct_put_le(out + e->len, e->count, 8);
     }
 }
 
@@ -446,13 +435,13 @@ int bs_ct_merge_packed(bs_counttable *t, const uint8_t *buf, size_t len) {
     uint64_t added = 0;
     int rc = BS_CT_OK;
     while (off < len) {
-        if (len - off < 4 || len - off - 4 < 8 || get_le(buf + off, 4) > len - off - 4 - 8) {
+        if (len - off < 4 || len - off - 4 < 8 || bs_ct_get_le(buf + off, 4) > len - off - 4 - 8) {
             rc = BS_CT_EPACKED;
             break;
         }
-        size_t klen = (size_t)get_le(buf + off, 4);
+        size_t klen = (size_t)bs_ct_get_le(buf + off, 4);
         const uint8_t *key = buf + off + 4;
-        batch_put(t, &b, n, key, klen, load_head(key, klen), get_le(key + klen, 8));
+        batch_put(t, &b, n, key, klen, load_head(key, klen), bs_ct_get_le(key + klen, 8));
         off += 4 + klen + 8;
         if (++n == SPAN_BATCH) {
             if ((rc = add_keys(t, &b, n, &added)) != BS_CT_OK) return rc;

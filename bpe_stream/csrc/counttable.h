@@ -28,6 +28,19 @@ enum {
 #define BS_CT_MAX_ENTRIES (UINT32_MAX - 1u)
 #define BS_CT_PACKED_OVERHEAD 12u /* bytes per packed entry besides its key */
 
+/* The packed form's numbers, little-endian whatever the host: `bytes` of v written at out
+ * (returns the byte after them), and read from in. */
+static inline uint8_t *bs_ct_put_le(uint8_t *out, uint64_t v, int bytes) {
+    for (int k = 0; k < bytes; k++) out[k] = (uint8_t)(v >> (8 * k));
+    return out + bytes;
+}
+
+static inline uint64_t bs_ct_get_le(const uint8_t *in, int bytes) {
+    uint64_t v = 0;
+    for (int k = 0; k < bytes; k++) v |= (uint64_t)in[k] << (8 * k);
+    return v;
+}
+
 bs_counttable *bs_ct_new(void);
 void bs_ct_free(bs_counttable *t);
 void bs_ct_clear(bs_counttable *t);

@@ -889,6 +889,22 @@ static void release_runs(bs_run *runs, Py_buffer *views, Py_ssize_t n) {
     PyMem_Free(runs);
 }
 
+/* The argument of merge_runs and merge_runs_packed: the runs' buffers, held until released. */
+typedef struct {
+    bs_run *runs;
+    Py_buffer *views;
+    Py_ssize_t n;
+    size_t total; /* the sum of their lengths */
+} runs_arg;
+
+static int parse_runs(PyObject *args, PyObject *kwargs, const char *format, runs_arg *r) {
+    static char *keywords[] = {"runs", NULL};
+    PyObject *seq;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, format, keywords, &seq)) return 0;
+    r->runs = runs_of(seq, &r->views, &r->n, &r->total);
+    return r->runs != NULL;
+}
+
 typedef struct {
     PyObject *keys, *counts;
 } lists_out;
@@ -911,18 +927,12 @@ PyDoc_STRVAR(merge_runs_doc, "merge_runs(runs) -> (keys, counts)\n\n"
                              "that does not parse or is not in strictly increasing key order.");
 
 static PyObject *py_merge_runs(PyObject *self, PyObject *args, PyObject *kwargs) {
-    static char *keywords[] = {"runs", NULL};
-    PyObject *seq;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O:merge_runs", keywords, &seq)) return NULL;
-    Py_buffer *views;
-    Py_ssize_t n;
-    size_t total;
-    bs_run *runs = runs_of(seq, &views, &n, &total);
-    if (!runs) return NULL;
+    runs_arg r;
+    if (!parse_runs(args, kwargs, "O:merge_runs", &r)) return NULL;
     lists_out o = {PyList_New(0), PyList_New(0)};
     PyObject *result = NULL;
     if (o.keys && o.counts) {
-        int rc = bs_runs_merge(runs, (size_t)n, emit_lists, &o);
+        int rc = bs_runs_merge(r.runs, (size_t)r.n, emit_lists, &o);
         if (rc == BS_CT_OK)
             result = PyTuple_Pack(2, o.keys, o.counts);
         else if (rc != BS_EMIT_PYERR)
@@ -930,7 +940,7 @@ static PyObject *py_merge_runs(PyObject *self, PyObject *args, PyObject *kwargs)
     }
     Py_XDECREF(o.keys);
     Py_XDECREF(o.counts);
-    release_runs(runs, views, n);
+    release_runs(r.runs, r.views, r.n);
     return result;
 }
 
@@ -938,19 +948,13 @@ PyDoc_STRVAR(merge_runs_packed_doc, "merge_runs_packed(runs) -> (run, entries)\n
                                     "``merge_runs`` into one run (bytes) and its number of entries.");
 
 static PyObject *py_merge_runs_packed(PyObject *self, PyObject *args, PyObject *kwargs) {
-    static char *keywords[] = {"runs", NULL};
-    PyObject *seq;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O:merge_runs_packed", keywords, &seq)) return NULL;
-    Py_buffer *views;
-    Py_ssize_t n;
-    size_t total;
-    bs_run *runs = runs_of(seq, &views, &n, &total);
-    if (!runs) return NULL;
-    PyObject *out = total <= PY_SSIZE_T_MAX ? PyBytes_FromStringAndSize(NULL, (Py_ssize_t)total) : PyErr_NoMemory();
+    runs_arg r;
+    if (!parse_runs(args, kwargs, "O:merge_runs_packed", &r)) return NULL;
+    PyObject *out = r.total <= PY_SSIZE_T_MAX ? PyBytes_FromStringAndSize(NULL, (Py_ssize_t)r.total) : PyErr_NoMemory();
     PyObject *result = NULL;
     if (out) {
         size_t len = 0, entries = 0;
-        int rc = bs_runs_merge_packed(runs, (size_t)n, (uint8_t *)PyBytes_AS_STRING(out), &len, &entries);
+        int rc = bs_runs_merge_packed(r.runs, (size_t)r.n, (uint8_t *)PyBytes_AS_STRING(out), &len, &entries);
         if (rc != BS_CT_OK)
             runs_error(rc);
         else if (_PyBytes_Resize(&out, (Py_ssize_t)len) == 0) {
@@ -960,7 +964,7 @@ static PyObject *py_merge_runs_packed(PyObject *self, PyObject *args, PyObject *
         }
     }
     Py_XDECREF(out);
-    release_runs(runs, views, n);
+    release_runs(r.runs, r.views, r.n);
     return result;
 }
 

@@ -7,17 +7,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static inline uint8_t *put_le(uint8_t *out, uint64_t v, int bytes) {
-    for (int k = 0; k < bytes; k++) out[k] = (uint8_t)(v >> (8 * k));
-    return out + bytes;
-}
-
-static inline uint64_t get_le(const uint8_t *in, int bytes) {
-    uint64_t v = 0;
-    for (int k = 0; k < bytes; k++) v |= (uint64_t)in[k] << (8 * k);
-    return v;
-}
-
 /* bytes order: memcmp over the shorter length, then the shorter first */
 static inline int key_cmp(const uint8_t *a, size_t alen, const uint8_t *b, size_t blen) {
     size_t n = alen < blen ? alen : blen;
@@ -46,9 +35,9 @@ int bs_runs_pack_sorted(const bs_counttable *t, uint8_t *out) {
         if (i + 16 < n) bs_ct_prefetch(t, order[i + 16], 0);
         if (i + 8 < n) bs_ct_prefetch(t, order[i + 8], 1);
         bs_ct_entry(t, order[i], &key, &len, &count);
-        out = put_le(out, len, 4);
+        out = bs_ct_put_le(out, len, 4);
         if (len) memcpy(out, key, len); /* a table whose only key is b"" may have no key bytes */
-        out = put_le(out + len, count, 8);
+        out = bs_ct_put_le(out + len, count, 8);
     }
     free(order);
     return BS_CT_OK;
@@ -75,15 +64,15 @@ static inline uint64_t head_of(const uint8_t *key, size_t len) {
 static int cursor_next(cursor *c, int first) {
     if (c->p == c->end) return 0;
     size_t avail = (size_t)(c->end - c->p);
-    if (avail < 4 + 8 || get_le(c->p, 4) > avail - 4 - 8) return BS_CT_EPACKED;
-    size_t len = (size_t)get_le(c->p, 4);
+    if (avail < 4 + 8 || bs_ct_get_le(c->p, 4) > avail - 4 - 8) return BS_CT_EPACKED;
+    size_t len = (size_t)bs_ct_get_le(c->p, 4);
     const uint8_t *key = c->p + 4;
     uint64_t head = head_of(key, len);
     if (!first && (head < c->head || (head == c->head && key_cmp(c->key, c->len, key, len) >= 0)))
         return BS_CT_EPACKED;
     c->key = key;
     c->len = len;
-    c->count = get_le(key + len, 8);
+    c->count = bs_ct_get_le(key + len, 8);
     c->head = head;
     c->p = key + len + 8;
     return 1;
@@ -165,9 +154,9 @@ typedef struct {
 
 static int emit_packed(void *ctx, const uint8_t *key, size_t len, uint64_t count) {
     packed_out *o = ctx;
-    o->out = put_le(o->out, len, 4);
+    o->out = bs_ct_put_le(o->out, len, 4);
     if (len) memcpy(o->out, key, len);
-    o->out = put_le(o->out + len, count, 8);
+    o->out = bs_ct_put_le(o->out + len, count, 8);
     o->entries++;
     return 0;
 }
