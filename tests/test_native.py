@@ -194,37 +194,3 @@ def test_the_cli_says_too_large_in_one_line(cli, tmp_path):
             errors = [line for line in res.stderr.splitlines() if line.startswith("Error")]
             assert len(errors) == 1 and "too large for the merge loop" in errors[0], res.stderr
             assert "Traceback" not in res.stderr and not (tmp_path / f"{path}.json").exists()
-
-
-def _huge_page_hinted_bytes() -> int:
-    """Bytes of this process's mappings that carry the transparent-huge-page hint (VmFlags hg)."""
-    total, size = 0, 0
-    with open("/proc/self/smaps") as f:
-        for line in f:
-            if line.startswith("Size:"):
-                size = int(line.split()[1]) * 1024
-            elif line.startswith("VmFlags:") and " hg" in f" {line.split(':', 1)[1]}":
-                total += size
-    return total
-
-
-@pytest.mark.skipif(not os.path.exists("/proc/self/smaps"), reason="Linux only: reads /proc/self/smaps")
-@pytest.mark.skipif(native.fastbpe is None, reason="bpe_stream._fastbpe is not built")
-def test_the_merge_loops_large_arrays_ask_for_huge_pages():
-    """The memory trainer's arrays of 8 MiB and more are hinted MADV_HUGEPAGE (its random reads
-    over 4 KiB pages were TLB misses and first-touch faults); small ones are not."""
-    from bpe_stream.memory_engines import CEngine
-    from bpe_stream.merge_engine import WordArrays
-
-    def hinted_after_loading(n_words: int) -> int:
-        words = WordArrays()
-        words.add_columns([b"abcdefgh"] * n_words, [1] * n_words)
-        engine = CEngine([bytes([i]) for i in range(256)], None, "max-bytes")
-        before = _huge_page_hinted_bytes()
-        engine.load(words)
-        grown = _huge_page_hinted_bytes() - before
-        engine.close()
-        return grown
-
-    assert hinted_after_loading(1_000_000) >= 8 << 20  # 8M positions: far past the threshold
-    assert hinted_after_loading(100) == 0
