@@ -392,34 +392,15 @@ static void space_free(FileArena *a, Space *s, void *p) {
     s->big_free[s->n_big_free++] = off;
 }
 
-/* A large array outside an arena asks for transparent huge pages (where the kernel leaves
- * them to madvise, as here): the merge loop reads its positions and pair lists at random,
- * and with 4 KiB pages a 400 MB table costs a TLB miss on most reads and a page fault (a
- * page cleared) every 4 KiB on the first touch -- 8% of training multi_25M was the kernel
- * clearing pages.  Only the whole 2 MiB pages inside the block are hinted; a hint the kernel
- * refuses changes nothing. */
-#define HUGE_PAGE (2u << 20)
-#define HUGE_MIN (8u << 20)
-static void *hint_huge(void *p, size_t n) {
-#ifdef MADV_HUGEPAGE
-    if (p && n >= HUGE_MIN) {
-        uintptr_t start = ((uintptr_t)p + HUGE_PAGE - 1) & ~(uintptr_t)(HUGE_PAGE - 1);
-        uintptr_t end = ((uintptr_t)p + n) & ~(uintptr_t)(HUGE_PAGE - 1);
-        if (end > start) (void)madvise((void *)start, end - start, MADV_HUGEPAGE);
-    }
-#endif
-    return p;
-}
-
 void *bs_malloc(size_t n) {
     FileArena *a = bs_current_arena;
-    return a ? arena_alloc(a, n) : hint_huge(malloc(n ? n : 1), n);
+    return a ? arena_alloc(a, n) : malloc(n ? n : 1);
 }
 
 void *bs_calloc(size_t n, size_t size) {
     if (size && n > SIZE_MAX / size) return NULL;
     FileArena *a = bs_current_arena;
-    if (!a) return hint_huge(calloc(n ? n : 1, size ? size : 1), n * size);
+    if (!a) return calloc(n ? n : 1, size ? size : 1);
     void *p = arena_alloc(a, n * size);
     if (p) memset(p, 0, n * size);
     return p;
@@ -429,7 +410,7 @@ void *bs_realloc(void *p, size_t n) {
     if (!p) return bs_malloc(n);
     Space *s = NULL;
     FileArena *a = owner(p, &s);
-    if (!a) return hint_huge(realloc(p, n ? n : 1), n);
+    if (!a) return realloc(p, n ? n : 1);
     Header *h = (Header *)((uint8_t *)p - HEADER);
     uint64_t have = h->size - HEADER;
     if ((uint64_t)n <= have) return p;
