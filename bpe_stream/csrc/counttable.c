@@ -423,26 +423,22 @@ size_t bs_ct_packed_size(const bs_counttable *t) { return t->keys_len + BS_CT_PA
 void bs_ct_pack(const bs_counttable *t, uint8_t *out) {
     for (size_t i = 0; i < t->n; i++) {
         const entry_t *e = &t->entries[i];
-        out = bs_ct_put_le(out, e->len, 4);
-        if (e->len) memcpy(out, t->keys + e->off, e->len); /* keys is NULL while every key is b"" */
-        out = bs_ct_put_le(out + e->len, e->count, 8);
+        out = bs_ct_put_entry(out, e->len ? t->keys + e->off : NULL, e->len, e->count); /* keys is NULL while every key is b"" */
     }
 }
 
 int bs_ct_merge_packed(bs_counttable *t, const uint8_t *buf, size_t len) {
     key_batch b;
-    size_t off = 0, n = 0;
-    uint64_t added = 0;
-    int rc = BS_CT_OK;
-    while (off < len) {
-        if (len - off < 4 || len - off - 4 < 8 || bs_ct_get_le(buf + off, 4) > len - off - 4 - 8) {
-            rc = BS_CT_EPACKED;
+    size_t off = 0, n = 0, klen;
+    uint64_t added = 0, count;
+    const uint8_t *key;
+    int rc = BS_CT_OK, got;
+    while ((got = bs_ct_next_entry(buf, len, &off, &key, &klen, &count)) != 0) {
+        if (got < 0) {
+            rc = got;
             break;
         }
-        size_t klen = (size_t)bs_ct_get_le(buf + off, 4);
-        const uint8_t *key = buf + off + 4;
-        batch_put(t, &b, n, key, klen, load_head(key, klen), bs_ct_get_le(key + klen, 8));
-        off += 4 + klen + 8;
+        batch_put(t, &b, n, key, klen, load_head(key, klen), count);
         if (++n == SPAN_BATCH) {
             if ((rc = add_keys(t, &b, n, &added)) != BS_CT_OK) return rc;
             n = 0;

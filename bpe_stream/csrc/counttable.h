@@ -14,6 +14,7 @@
 #define BS_COUNTTABLE_H
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 typedef struct bs_counttable bs_counttable;
 
@@ -39,6 +40,28 @@ static inline uint64_t bs_ct_get_le(const uint8_t *in, int bytes) {
     uint64_t v = 0;
     for (int k = 0; k < bytes; k++) v |= (uint64_t)in[k] << (8 * k);
     return v;
+}
+
+/* One packed entry written at out (len bytes of key; key may be NULL when len is 0);
+ * returns the byte after it. */
+static inline uint8_t *bs_ct_put_entry(uint8_t *out, const uint8_t *key, size_t len, uint64_t count) {
+    out = bs_ct_put_le(out, len, 4);
+    if (len) memcpy(out, key, len);
+    return bs_ct_put_le(out + len, count, 8);
+}
+
+/* The packed entry of buf[0:len) at *off: 1 with its key, length and count, *off moved
+ * past it; 0 at the end; BS_CT_EPACKED when what is left is not a whole entry. */
+static inline int bs_ct_next_entry(const uint8_t *buf, size_t len, size_t *off, const uint8_t **key, size_t *klen,
+                                   uint64_t *count) {
+    size_t rest = len - *off;
+    if (rest == 0) return 0;
+    if (rest < BS_CT_PACKED_OVERHEAD || bs_ct_get_le(buf + *off, 4) > rest - BS_CT_PACKED_OVERHEAD) return BS_CT_EPACKED;
+    *klen = (size_t)bs_ct_get_le(buf + *off, 4);
+    *key = buf + *off + 4;
+    *count = bs_ct_get_le(*key + *klen, 8);
+    *off += BS_CT_PACKED_OVERHEAD + *klen;
+    return 1;
 }
 
 bs_counttable *bs_ct_new(void);

@@ -3,11 +3,13 @@
  * the tie-break rules (their numbers and names).  module.c hands them to Python
  * (TIE_BREAKS), and bpe.TIE_BREAKS is checked at import to be the same.
  *
- * Byte order.  No row that C writes is kept: the buffers crossing the boundary are the
- * host's own typed arrays and never leave the process -- the merge loop's inputs
- * (array('I') / bytearray symbols, array('Q') ends, array('q') counts) and the encoder's
- * ids (native uint32, read with array('I').frombytes).  The store's counts are written by
- * Python (little-endian) and only read by C (counttable.c's hand-over, storecheck.c).
+ * Byte order.  The merge loop's and the encoder's buffers are the host's own typed arrays
+ * and never leave the process (array('I') / bytearray symbols, array('Q') ends,
+ * array('q') counts; native uint32 ids, read with array('I').frombytes).  What is kept or
+ * handed between processes is little-endian whatever the host: the packed counts and runs
+ * (counttable.h, bs_ct_put_le / bs_ct_get_le), and the store's 8-byte counts -- written by
+ * module.c's le64_values and add_le64 with those helpers (by int.to_bytes without the
+ * extension), read by storecheck.c and by Python.
  */
 #ifndef BPE_STREAM_LAYOUT_H
 #define BPE_STREAM_LAYOUT_H

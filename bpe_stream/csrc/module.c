@@ -1004,6 +1004,13 @@ static PyObject *py_column_stats(PyObject *self, PyObject *args, PyObject *kwarg
     return Py_BuildValue("(KnLLL)", key_bytes, max_len, total, lo, hi);
 }
 
+/* A store value: the count as 8 bytes, little-endian (counttable.h's encoding). */
+static PyObject *le64_bytes(uint64_t v) {
+    uint8_t le[8];
+    bs_ct_put_le(le, v, 8);
+    return PyBytes_FromStringAndSize((const char *)le, 8);
+}
+
 PyDoc_STRVAR(le64_values_doc, "le64_values(counts) -> list of bytes\n\n"
                               "Each count (an int from 0 to 2**64-1) as 8 bytes, little-endian: the store's values.");
 
@@ -1025,9 +1032,7 @@ static PyObject *py_le64_values(PyObject *self, PyObject *args, PyObject *kwargs
             Py_CLEAR(out);
             break;
         }
-        uint8_t le[8];
-        for (int b = 0; b < 8; b++) le[b] = (uint8_t)(v >> (8 * b));
-        PyObject *value = PyBytes_FromStringAndSize((const char *)le, 8);
+        PyObject *value = le64_bytes(v);
         if (!value) {
             Py_CLEAR(out);
             break;
@@ -1067,8 +1072,7 @@ static PyObject *py_add_le64(PyObject *self, PyObject *args, PyObject *kwargs) {
             new_bytes += (unsigned long long)PyBytes_GET_SIZE(k);
         } else {
             if (!PyBytes_CheckExact(old) || PyBytes_GET_SIZE(old) != 8) goto fallback;
-            const uint8_t *b = (const uint8_t *)PyBytes_AS_STRING(old);
-            for (int k = 0; k < 8; k++) before |= (uint64_t)b[k] << (8 * k);
+            before = bs_ct_get_le((const uint8_t *)PyBytes_AS_STRING(old), 8);
         }
         if (!PyLong_CheckExact(c)) goto fallback;
         int overflow = 0;
@@ -1077,9 +1081,7 @@ static PyObject *py_add_le64(PyObject *self, PyObject *args, PyObject *kwargs) {
         uint64_t after;
         if (__builtin_add_overflow(before, (uint64_t)v, &after)) goto fallback;
         if (after > highest) highest = after;
-        uint8_t le[8];
-        for (int k = 0; k < 8; k++) le[k] = (uint8_t)(after >> (8 * k));
-        PyObject *value = PyBytes_FromStringAndSize((const char *)le, 8);
+        PyObject *value = le64_bytes(after);
         if (!value) {
             Py_DECREF(values);
             return NULL;

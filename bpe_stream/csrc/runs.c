@@ -35,20 +35,18 @@ int bs_runs_pack_sorted(const bs_counttable *t, uint8_t *out) {
         if (i + 16 < n) bs_ct_prefetch(t, order[i + 16], 0);
         if (i + 8 < n) bs_ct_prefetch(t, order[i + 8], 1);
         bs_ct_entry(t, order[i], &key, &len, &count);
-        out = bs_ct_put_le(out, len, 4);
-        if (len) memcpy(out, key, len); /* a table whose only key is b"" may have no key bytes */
-        out = bs_ct_put_le(out + len, count, 8);
+        out = bs_ct_put_entry(out, key, len, count);
     }
     free(order);
     return BS_CT_OK;
 }
 
-/* One run being read: its current entry (key, len, count), the key's first 8 bytes as a
- * big-endian number (zero-padded: comparing heads orders keys unless the heads are equal),
- * and the rest of the run (p to end). */
+/* One run being read (buf[0:size), the next entry at off): its current entry (key, len,
+ * count) and the key's first 8 bytes as a big-endian number (zero-padded: comparing heads
+ * orders keys unless the heads are equal). */
 typedef struct {
-    const uint8_t *p, *end, *key;
-    size_t len;
+    const uint8_t *buf, *key;
+    size_t size, off, len;
     uint64_t count, head;
 } cursor;
 
@@ -62,19 +60,18 @@ static inline uint64_t head_of(const uint8_t *key, size_t len) {
 /* Moves c to its next entry: 1, 0 at the run's end, BS_CT_EPACKED if the entry does not
  * parse or its key is not greater than the one before. */
 static int cursor_next(cursor *c, int first) {
-    if (c->p == c->end) return 0;
-    size_t avail = (size_t)(c->end - c->p);
-    if (avail < 4 + 8 || bs_ct_get_le(c->p, 4) > avail - 4 - 8) return BS_CT_EPACKED;
-    size_t len = (size_t)bs_ct_get_le(c->p, 4);
-    const uint8_t *key = c->p + 4;
+    const uint8_t *key;
+    size_t len;
+    uint64_t count;
+    int got = bs_ct_next_entry(c->buf, c->size, &c->off, &key, &len, &count);
+    if (got <= 0) return got;
     uint64_t head = head_of(key, len);
     if (!first && (head < c->head || (head == c->head && key_cmp(c->key, c->len, key, len) >= 0)))
         return BS_CT_EPACKED;
     c->key = key;
     c->len = len;
-    c->count = bs_ct_get_le(key + len, 8);
+    c->count = count;
     c->head = head;
-    c->p = key + len + 8;
     return 1;
 }
 
@@ -109,7 +106,7 @@ int bs_runs_merge(const bs_run *runs, size_t n, bs_runs_emit emit, void *ctx) {
     }
     size_t live = 0;
     for (size_t i = 0; i < n; i++) {
-        cur[i] = (cursor){runs[i].buf, runs[i].buf + runs[i].len, NULL, 0, 0, 0};
+        cur[i] = (cursor){.buf = runs[i].buf, .size = runs[i].len};
         int got = cursor_next(&cur[i], 1);
         if (got < 0) {
             rc = got;
@@ -154,9 +151,7 @@ typedef struct {
 
 static int emit_packed(void *ctx, const uint8_t *key, size_t len, uint64_t count) {
     packed_out *o = ctx;
-    o->out = bs_ct_put_le(o->out, len, 4);
-    if (len) memcpy(o->out, key, len);
-    o->out = bs_ct_put_le(o->out + len, count, 8);
+    o->out = bs_ct_put_entry(o->out, key, len, count);
     o->entries++;
     return 0;
 }
