@@ -106,7 +106,9 @@ class PyCountTable:
 
     def pack(self, *, sorted: bool = False) -> bytes:  # noqa: A002 - the native keyword
         if sorted:
-            return pack_counts(dict(builtin_sorted(self._counts.items())))
+            items = list(self._counts.items())
+            items.sort()  # (keys are distinct: the counts never decide)
+            return pack_counts(dict(items))
         return pack_counts(self._counts)
 
     def to_dict(self) -> Dict[bytes, int]:
@@ -120,9 +122,6 @@ class PyCountTable:
     def clear(self) -> None:
         self._counts.clear()
         self.total = 0
-
-
-builtin_sorted = sorted
 
 
 def _run_entries(run) -> Iterator[Tuple[bytes, int]]:

@@ -25,7 +25,9 @@ with ``skip_bad``, counted in ``PartialCounts.skipped``.
 
 from __future__ import annotations
 
+import bz2
 import json
+import lzma
 import os
 import sys
 from dataclasses import dataclass, replace
@@ -215,14 +217,10 @@ class _Decompressed:
     def read(self, n: int = -1) -> bytes:
         try:
             return self.stream.read(n)
-        except (OSError, EOFError, ValueError) as exc:
+        except (OSError, EOFError, lzma.LZMAError, ValueError) as exc:
             raise InputError(f"{self.name}: not a valid {self.compression} stream ({exc}); "
                              "is the file cut short or damaged?") from None
-        except Exception as exc:  # lzma.LZMAError, zstandard.ZstdError
-            lzma = sys.modules.get("lzma")  # imported by decompressing() for an xz stream
-            if lzma is not None and isinstance(exc, lzma.LZMAError):
-                raise InputError(f"{self.name}: not a valid {self.compression} stream ({exc}); "
-                                 "is the file cut short or damaged?") from None
+        except Exception as exc:  # zstandard.ZstdError
             if type(exc).__name__ == "ZstdError":
                 raise InputError(f"{self.name}: not a valid zstd stream ({exc}); is the file cut short or damaged?") from None
             raise
@@ -232,18 +230,15 @@ def decompressing(raw, compression: Optional[str], name: str):
     """A binary stream of the uncompressed bytes of ``raw`` (``raw`` itself with no compression)."""
     if compression is None:
         return raw
-    # The decompressors are imported for the streams that need them (bz2 and lzma: ~3 ms).
+    # gzip is imported for a gzip stream only; bz2 and lzma come with typer (through shutil)
+    # whatever this module does, so importing them lazily saved nothing.
     if compression == "gzip":
         import gzip
 
         stream = gzip.GzipFile(fileobj=raw, mode="rb")
     elif compression == "xz":
-        import lzma
-
         stream = lzma.LZMAFile(raw)
     elif compression == "bz2":
-        import bz2
-
         stream = bz2.BZ2File(raw)
     else:
         stream = _ZstdFrames(raw, require("zstd"))

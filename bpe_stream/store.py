@@ -725,7 +725,7 @@ class Store:
             highest = max(totals)
             missing = list(map(is_, olds, repeat(_NO_COUNT)))
             new, new_bytes = sum(missing), sum(map(len, compress(keys, missing)))
-            values = _values(totals) if highest <= MAX_COUNT else None
+            values = _values(totals)  # (made as putmulti takes them: after the check below)
         if highest > MAX_COUNT:  # the whole transaction is aborted: the store keeps its last commit
             _u64(highest)
         del olds
