@@ -201,3 +201,33 @@ def test_a_batch_merges_its_table_with_its_runs():
     counts = batch.take_counts()
     assert (counts.keys, counts.counts) == ([b"a", b"b", b"c"], [6, 2, 1])
     assert len(batch.table) == 0
+
+
+@pytest.mark.parametrize("max_runs, compact_at", [(2, None), (64, 50)], ids=["by-runs", "by-entries"])
+def test_two_workers_whose_runs_are_compacted_give_the_store_of_one(tmp_path, monkeypatch, max_runs, compact_at):
+    """count_sources with two forked workers and many small ranges, the batch merging its
+    runs on the way (more than MAX_RUNS of them, or past an entry threshold): the same words
+    and totals as one worker counting into its table."""
+    from bpe_stream.counting import count_sources, make_settings
+    from bpe_stream.reader import Source
+    from bpe_stream.store import Store
+
+    compactions = []
+    real_compact = counting._Batch._compact
+    monkeypatch.setattr(counting._Batch, "_compact", lambda self: compactions.append(len(self.runs)) or real_compact(self))
+    monkeypatch.setattr(counting, "MAX_RUNS", max_runs)
+    monkeypatch.setattr(counting, "MIN_BALANCED_RANGE", 256)
+    if compact_at is not None:
+        real_batch = counting._Batch
+        monkeypatch.setattr(counting, "_Batch", lambda compact_entries=0: real_batch(compact_at))
+    path = tmp_path / "doc.txt"
+    path.write_bytes(b"".join(b"w%d x%d, and more words %d; " % (i % 301, i % 7, i) for i in range(3000)))
+    settings = make_settings("gpt2", [])
+    stores = []
+    for workers in (1, 2):
+        with Store.open(tmp_path / f"s{workers}", create=True) as st_:
+            count_sources(st_, [Source.from_arg(str(path))], settings, workers=workers, range_bytes=4096)
+            with st_.reader() as txn:
+                stores.append((dict(st_.iter_words(txn)), st_.totals(txn)))
+    assert compactions, "the two-worker count merged no runs on the way"
+    assert stores[0] == stores[1]
