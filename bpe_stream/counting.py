@@ -65,7 +65,7 @@ from .pretokenize import (
 )
 from .reader import CHUNK_BYTES, InputError, Source, decode_chunks, from_bytes, invalid_utf8_message, to_bytes
 from .scan import NATIVE_PATTERNS, first_invalid_utf8
-from .sources import Claims, FilePlan, RangeCheck, feed, plan_files, range_hasher
+from .sources import Claims, FilePlan, RangeCheck, SameBytes, feed, plan_files, range_hasher
 from .store import SortedCounts, Store, StoreError
 from .streaming import Window, file_ranges, text_pieces
 
@@ -144,6 +144,7 @@ class PartialCounts:
     specials: int = 0
     bytes: int = 0
     digest: Optional[bytes] = None  # the RangeCheck of the range's bytes, as read (count_range)
+    counted: Optional[bytes] = None  # the range's bytes, as read (count_range_into: in this process)
     # The counts packed in key order (a run, ``count_table``: bytes keys), from count_bytes;
     # then ``counter`` is empty.  ``entries``: how many keys the run has.
     packed: Optional[bytes] = None
@@ -320,8 +321,13 @@ def _count_range_bytes(path: str, start: int, end: int, settings: dict, strict_u
     whole (it is about ``RANGE_BYTES``; the str path holds as much when a range has no safe
     cut), checked for UTF-8 when ``strict_utf8``, counted into a ``CountTable``, packed
     (the range's bytes freed first: a giant pretoken is held at most twice, table and packed)."""
+    data = _read_range(path, start, end, strict_utf8)
+    check = RangeCheck()
+    check.update(data)
+    partial = PartialCounts(bytes=len(data), digest=check.digest())
     table = CountTable()
-    partial = count_range_into(path, start, end, settings, strict_utf8, table)
+    count_bytes(data, settings, partial, table)
+    del data
     return _packed(partial, table)
 
 
@@ -332,20 +338,26 @@ def _packed(partial: PartialCounts, table) -> PartialCounts:
     return partial
 
 
-def count_range_into(path: str, start: int, end: int, settings: dict, strict_utf8: bool, table) -> PartialCounts:
-    """:func:`count_range` in the counting process itself (one worker): the counts go straight
-    into ``table``, the batch's ``CountTable`` (nothing packed, nothing merged); the returned
-    partial has the totals and the range's check."""
+def _read_range(path: str, start: int, end: int, strict_utf8: bool) -> bytes:
+    """Bytes ``[start, end)`` of ``path``, checked for UTF-8 when ``strict_utf8``."""
     with open(path, "rb") as f:
         f.seek(start)
         data = f.read(end - start)
-    hasher = RangeCheck()
-    hasher.update(data)
     if strict_utf8:
         bad = first_invalid_utf8(data)
         if bad >= 0:
             raise InputError(invalid_utf8_message(start + bad))
-    partial = PartialCounts(bytes=len(data), digest=hasher.digest())
+    return data
+
+
+def count_range_into(path: str, start: int, end: int, settings: dict, strict_utf8: bool, table) -> PartialCounts:
+    """:func:`count_range` in the counting process itself (one worker): the counts go straight
+    into ``table``, the batch's ``CountTable`` (nothing packed, nothing merged); the returned
+    partial has the totals and, in ``counted``, the range's bytes themselves: the parent
+    compares them with the bytes it hashes for the file's record, so no checksum is needed
+    on either side."""
+    data = _read_range(path, start, end, strict_utf8)
+    partial = PartialCounts(bytes=len(data), counted=data)
     count_bytes(data, settings, partial, table)
     return partial
 
@@ -626,8 +638,11 @@ def count_sources(
             return
         plan, start, end, last = meta
         if plan is not None:
-            counted = feed(plan.source.name, start, end, plan.digest)[0]
-            if counted != partial.digest:
+            # The bytes the file's record stands for, hashed, must be the bytes counted.
+            check = RangeCheck() if partial.counted is None else SameBytes(partial.counted)
+            partial.counted = None
+            feed(plan.source.name, start, end, plan.digest, check=check)
+            if not check.matches(partial.digest):
                 if in_batch:
                     batch = _Batch(compact_entries)  # what was committed before stays
                 else:

@@ -11,7 +11,7 @@ import doctest
 
 import pytest
 
-from bpe_stream import bpe, count_table, memory_engines, pretokenize, streaming, tokenizer
+from bpe_stream import bpe, count_table, memory_engines, pretokenize, sources, streaming, tokenizer
 
 FLAGS = doctest.ELLIPSIS
 
@@ -27,7 +27,7 @@ def _run(test, runner):
     return runner
 
 
-@pytest.mark.parametrize("module", [bpe, pretokenize, memory_engines, streaming, count_table], ids=lambda m: m.__name__)
+@pytest.mark.parametrize("module", [bpe, pretokenize, memory_engines, streaming, count_table, sources], ids=lambda m: m.__name__)
 def test_standalone_examples(module):
     runner = doctest.DocTestRunner(optionflags=FLAGS)
     for test in _tests(module):

@@ -422,3 +422,24 @@ def test_a_range_check_is_the_same_for_any_chunking_and_differs_after_a_byte_cha
         changed = RangeCheck()
         changed.update(data[:i] + bytes([data[i] ^ 0x5A]) + data[i + 1:])
         assert changed.digest() != whole.digest()
+
+
+@given(data=st.binary(max_size=3000), cuts=st.lists(st.integers(0, 3000), max_size=6), flip=st.integers(0, 2999))
+def test_same_bytes_holds_for_any_blocks_of_the_bytes_counted_and_for_nothing_else(data, cuts, flip):
+    """One worker's check (the bytes it counted, compared with the parent's blocks): any
+    blocks of those bytes match; a changed byte, a byte less or a byte more does not."""
+    from bpe_stream.sources import SameBytes
+
+    def fed(blocks):
+        check = SameBytes(data)
+        for block in blocks:
+            check.update(block)
+        return check.matches(None)
+
+    bounds = [0] + sorted(c for c in cuts if c <= len(data)) + [len(data)]
+    assert fed([data[a:b] for a, b in zip(bounds, bounds[1:])])
+    assert not fed([data + b"x"])
+    if data:
+        i = flip % len(data)
+        assert not fed([data[:i], bytes([data[i] ^ 0x5A]), data[i + 1:]])
+        assert not fed([data[:-1]])
