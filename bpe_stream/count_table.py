@@ -24,7 +24,9 @@ in C, counts in native memory) when the extension is built, and :class:`PyCountT
 
 from __future__ import annotations
 
+import re
 import struct
+from functools import cache
 from heapq import merge as _heap_merge
 from typing import Dict, Iterator, List, Mapping, Sequence, Tuple
 
@@ -70,6 +72,18 @@ def unpack_counts(packed) -> Dict[bytes, int]:
     return table.to_dict()
 
 
+@cache
+def special_split(specials: Tuple[bytes, ...]):
+    """``re.split`` on the special tokens' bytes, longest first: at each position the
+    longest token wins and scanning goes left to right, as ``pretokenize.SpecialSplitter``
+    does on text.  That is the same split: a special token is UTF-8 that starts at a
+    character and ends with one, so its bytes match exactly where its characters do in the
+    text decoded with ``surrogateescape`` (every byte that is not UTF-8 decodes to a
+    surrogate of its own)."""
+    ordered = sorted(specials, key=len, reverse=True)
+    return re.compile(b"(" + b"|".join(map(re.escape, ordered)) + b")").split
+
+
 class PyCountTable:
     """The native ``CountTable`` in Python: the same results, errors and packed bytes."""
 
@@ -87,6 +101,23 @@ class PyCountTable:
         for token in tokens:
             self.add(token)
         return len(tokens)
+
+    def feed_between(self, data, pattern: str, max_bytes: int, specials: List[bytes]) -> Tuple[int, int]:
+        """:meth:`feed` of each stretch of ``data`` between the special tokens ``specials``
+        (found left to right, the longest at a position first; not counted); returns
+        (pretokens, specials found).
+
+        >>> PyCountTable().feed_between(b"a<|e|>b c<|e|>", "gpt2", 0, [b"<|e|>"])
+        (3, 2)
+        """
+        if not all(isinstance(t, bytes) and t for t in specials):
+            raise TypeError("specials must be non-empty bytes")
+        parts = special_split(tuple(specials))(data) if specials else [data]
+        pretokens = 0
+        for stretch in parts[::2]:  # text, special, text, ..., text
+            if stretch:
+                pretokens += self.feed(stretch, pattern, max_bytes)
+        return pretokens, len(parts) // 2
 
     def add(self, key, count: int = 1) -> None:
         key = bytes(memoryview(key))  # bytes-like only, as the native table

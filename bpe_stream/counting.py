@@ -43,7 +43,6 @@ with the parent included (``WORKER_BYTES``, 96 MiB).
 from __future__ import annotations
 
 import os
-import re
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -216,35 +215,26 @@ def native_countable(settings: dict) -> bool:
     return settings["pretokenizer"] in NATIVE_PATTERNS
 
 
-@cache
-def _special_splitter(specials: Tuple[str, ...]):
-    """``re.split`` on the special tokens' bytes, longest first: at each position the
-    longest token wins and scanning goes left to right, as :class:`SpecialSplitter` does on
-    text.  That is the same split: a special token is UTF-8 that starts at a character and
-    ends with one, so its bytes match exactly where its characters do in the text decoded
-    with ``surrogateescape`` (every byte that is not UTF-8 decodes to a surrogate of its own)."""
-    ordered = sorted((t.encode("utf-8") for t in specials), key=len, reverse=True)
-    return re.compile(b"(" + b"|".join(map(re.escape, ordered)) + b")").split if ordered else None
-
-
 def count_bytes(data, settings: dict, partial: PartialCounts, table) -> None:
     """Counts the pretokens of ``data`` (bytes of whole documents or parts of one, cut at
     safe points) into ``table`` (a ``CountTable``) and the specials and pretoken totals of
-    ``partial``: special tokens split off in bytes, the stretches between them scanned and
-    counted natively -- no Python object per pretoken."""
-    split = _special_splitter(tuple(settings["special_tokens"]))
-    name, cap = settings["pretokenizer"], settings.get("max_token_bytes") or 0
-    feed = table.feed
-    if split is None:
-        partial.pretokens += feed(data, name, cap) if data else 0
+    ``partial``: special tokens split off in bytes (``CountTable.feed_between``), the
+    stretches between them scanned and counted natively -- no Python object per pretoken."""
+    specials, name, cap = _special_bytes(tuple(settings["special_tokens"])), settings["pretokenizer"], \
+        settings.get("max_token_bytes") or 0
+    if not specials:
+        partial.pretokens += table.feed(data, name, cap) if data else 0
         return
-    parts = split(data)
-    partial.specials += len(parts) // 2
-    pretokens = 0
-    for stretch in parts[::2]:  # text, special, text, ..., text
-        if stretch:
-            pretokens += feed(stretch, name, cap)
+    pretokens, found = table.feed_between(data, name, cap, specials)
     partial.pretokens += pretokens
+    partial.specials += found
+
+
+@cache
+def _special_bytes(specials: Tuple[str, ...]) -> List[bytes]:
+    """The special tokens' UTF-8: found in bytes exactly where their characters are in the
+    text decoded with ``surrogateescape`` (``count_table.special_split``)."""
+    return [t.encode("utf-8") for t in specials]
 
 
 class DocumentCounter:

@@ -13,6 +13,7 @@
 #include "counttable.h"
 
 #include "scan.h"
+#include "specials.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -328,6 +329,26 @@ int bs_ct_feed(bs_counttable *t, int pattern, size_t max_bytes, const uint8_t *d
     while (rc == BS_CT_OK && (got = bs_scan_pieces(pattern, max_bytes, data, len, &pos, &rest, spans, SPAN_BATCH)) > 0)
         rc = add_spans(t, data, len, spans, (size_t)got, &counted);
     if (pretokens) *pretokens = counted;
+    return rc;
+}
+
+int bs_ct_feed_between(bs_counttable *t, const bs_specials *specials, int pattern, size_t max_bytes,
+                       const uint8_t *data, size_t len, uint64_t *pretokens, uint64_t *found) {
+    uint64_t counted = 0, specials_found = 0;
+    size_t pos = 0, match_len;
+    uint32_t id;
+    int rc = BS_CT_OK;
+    while (rc == BS_CT_OK) {
+        size_t at = bs_specials_find(specials, data, len, pos, &match_len, &id);
+        uint64_t stretch = 0;
+        if (at > pos) rc = bs_ct_feed(t, pattern, max_bytes, data + pos, at - pos, &stretch);
+        counted += stretch;
+        if (at >= len) break;
+        specials_found++;
+        pos = at + match_len;
+    }
+    if (pretokens) *pretokens = counted;
+    if (found) *found = specials_found;
     return rc;
 }
 

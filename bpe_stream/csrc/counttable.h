@@ -79,6 +79,13 @@ int bs_ct_add(bs_counttable *t, const uint8_t *key, size_t len, uint64_t n);
  * NULL) gets how many were counted, also when an error stops the feed part way. */
 int bs_ct_feed(bs_counttable *t, int pattern, size_t max_bytes, const uint8_t *data, size_t len, uint64_t *pretokens);
 
+/* bs_ct_feed of each stretch of data[0:len) between the special tokens of `specials`
+ * (found as bs_specials_find finds them: leftmost first, the longest at a position; the
+ * tokens themselves are not counted); *found (if not NULL) gets how many there were. */
+struct bs_specials;
+int bs_ct_feed_between(bs_counttable *t, const struct bs_specials *specials, int pattern, size_t max_bytes,
+                       const uint8_t *data, size_t len, uint64_t *pretokens, uint64_t *found);
+
 /* The i-th entry (0 <= i < bs_ct_len), in insertion order; the key stays valid until the
  * table changes. */
 void bs_ct_entry(const bs_counttable *t, size_t i, const uint8_t **key, size_t *len, uint64_t *count);

@@ -37,6 +37,7 @@
 #include "counttable.h"
 #include "runs.h"
 #include "scan.h"
+#include "specials.h"
 #include "storecheck.h"
 #include "textencoder.h"
 
@@ -678,6 +679,61 @@ static PyObject *table_feed(CountTableObject *self, PyObject *args, PyObject *kw
     return PyLong_FromUnsignedLongLong(counted);
 }
 
+PyDoc_STRVAR(feed_between_doc,
+             "feed_between(data, pattern, max_bytes, specials) -> (pretokens, specials found)\n\n"
+             "``feed`` of each stretch of the bytes-like ``data`` between the special tokens\n"
+             "``specials`` (a list of non-empty bytes), which are found left to right, the longest\n"
+             "at a position first, and not counted.");
+
+static PyObject *table_feed_between(CountTableObject *self, PyObject *args, PyObject *kwargs) {
+    static char *keywords[] = {"data", "pattern", "max_bytes", "specials", NULL};
+    Py_buffer buf;
+    const char *name;
+    Py_ssize_t max_bytes;
+    PyObject *tokens;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "y*snO!:feed_between", keywords, &buf, &name, &max_bytes,
+                                     &PyList_Type, &tokens))
+        return NULL;
+    PyObject *result = NULL;
+    bs_specials *specials = bs_specials_new();
+    int pattern = bs_scan_pattern_by_name(name);
+    if (!specials) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    if (max_bytes < 0) {
+        PyErr_SetString(PyExc_ValueError, "max_bytes must be at least 0 (0: no cap)");
+        goto done;
+    }
+    if (pattern == BS_SCAN_EPATTERN) {
+        PyErr_Format(PyExc_ValueError, "no native scanner for the pretokenizer '%s'", name);
+        goto done;
+    }
+    for (Py_ssize_t k = 0; k < PyList_GET_SIZE(tokens); k++) {
+        PyObject *token = PyList_GET_ITEM(tokens, k);
+        if (!PyBytes_Check(token) || PyBytes_GET_SIZE(token) == 0) {
+            PyErr_SetString(PyExc_TypeError, "specials must be non-empty bytes");
+            goto done;
+        }
+        int rc = bs_specials_add(specials, (const uint8_t *)PyBytes_AS_STRING(token), (size_t)PyBytes_GET_SIZE(token), 0);
+        if (rc != BS_OK) {
+            raise_status(rc);
+            goto done;
+        }
+    }
+    uint64_t counted = 0, found = 0;
+    int rc = bs_ct_feed_between(self->table, specials, pattern, (size_t)max_bytes, buf.buf, (size_t)buf.len, &counted,
+                                &found);
+    if (rc != BS_CT_OK)
+        table_error(rc);
+    else
+        result = Py_BuildValue("KK", (unsigned long long)counted, (unsigned long long)found);
+done:
+    bs_specials_free(specials);
+    PyBuffer_Release(&buf);
+    return result;
+}
+
 PyDoc_STRVAR(add_doc, "add(key, count=1)\n\nAdds ``count`` to the count of the bytes-like ``key``.");
 
 static PyObject *table_add(CountTableObject *self, PyObject *args, PyObject *kwargs) {
@@ -810,6 +866,7 @@ static PyObject *table_total(CountTableObject *self, void *unused) {
 
 static PyMethodDef table_methods[] = {
     {"feed", (PyCFunction)(void (*)(void))table_feed, METH_VARARGS | METH_KEYWORDS, feed_doc},
+    {"feed_between", (PyCFunction)(void (*)(void))table_feed_between, METH_VARARGS | METH_KEYWORDS, feed_between_doc},
     {"add", (PyCFunction)(void (*)(void))table_add, METH_VARARGS | METH_KEYWORDS, add_doc},
     {"merge", (PyCFunction)(void (*)(void))table_merge, METH_VARARGS | METH_KEYWORDS, merge_doc},
     {"pack", (PyCFunction)(void (*)(void))table_pack, METH_VARARGS | METH_KEYWORDS, pack_doc},
