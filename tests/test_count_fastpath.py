@@ -123,35 +123,6 @@ def test_special_tokens_in_bytes_take_the_longest_match_left_to_right():
     assert unpack_counts(partial.packed) == bytes_keys(plain_counts(text, "gpt2", specials))
 
 
-@pytest.mark.parametrize("table_type", TABLES, ids=lambda t: t.__name__)
-@given(text=with_specials, specials=st.lists(st.sampled_from(["<|endoftext|>", "<|a|>", "<|", "a", "|>x", "\xe9"]),
-                                             min_size=1, max_size=4))
-def test_feed_between_finds_the_special_tokens_the_text_splitter_finds(table_type, text, specials):
-    """``CountTable.feed_between`` (the specials found in C, or by ``re``): the counts and the
-    number of specials of splitting the text with ``SpecialSplitter``, for tokens that share
-    first bytes, begin one another or are one character."""
-    data = to_bytes(text)
-    text = from_bytes(data)
-    table = table_type()
-    got = table.feed_between(data, "gpt2", 0, [t.encode("utf-8") for t in dict.fromkeys(specials)])
-    n_specials = sum(1 for is_special, _ in SpecialSplitter(specials).split(text) if is_special)
-    expected = plain_counts(text, "gpt2", specials)
-    assert got == (sum(expected.values()), n_specials)
-    assert unpack_counts(table.pack()) == bytes_keys(expected)
-
-
-@pytest.mark.parametrize("table_type", TABLES, ids=lambda t: t.__name__)
-def test_feed_between_refuses_what_is_not_a_special_token(table_type):
-    for specials, error in (([b""], TypeError), (["<|a|>"], TypeError), ([1], TypeError)):
-        with pytest.raises(error):
-            table_type().feed_between(b"x <|a|> y", "gpt2", 0, specials)
-    with pytest.raises(ValueError):
-        table_type().feed_between(b"x", "gpt2", -1, [b"<|a|>"])
-    with pytest.raises(ValueError):
-        table_type().feed_between(b"x", "no-such-pattern", 0, [b"<|a|>"])
-    assert table_type().feed_between(memoryview(b"x<|a|>"), "gpt2", 0, [b"<|a|>"]) == (1, 1)
-
-
 @pytest.mark.parametrize("name", ALL)
 @fewer_examples(100)
 @given(text=with_specials, sizes=st.lists(st.integers(1, 40), min_size=1, max_size=8))
