@@ -36,15 +36,15 @@ import zlib
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Tuple
 
-from .pretokenize import Pretokenizer, find_byte_cut, splittable
+from .pretokenize import Pretokenizer, splittable
 from .reader import InputError, Source
 from .store import Store, blake2b
+from .streaming import last_byte_cut
 
 DIGEST_SIZE = 20
 DIGEST_BLOCK = 1 << 20  # a resumed digest hashes on from the last multiple of this
 HEAD_BYTES = 1 << 16  # the digest of a file's first bytes, kept to tell files of one path apart (merge-stores)
 _READ = 1 << 20
-_CUT_WINDOW = 1 << 16
 
 
 class Refused(InputError):
@@ -207,24 +207,8 @@ def last_cut(path: str, end: int, settings: dict) -> int:
     if not splittable(pre) or end <= 0:
         return 0
     specials = [s.encode("utf-8") for s in settings["special_tokens"]]
-    longest = max([0] + [len(s) for s in specials])
-    back = max(4, longest)
-    size = os.path.getsize(path)
-    hi, span = end, _CUT_WINDOW
     with open(path, "rb") as f:
-        while hi > 0:
-            lo = max(0, hi - span)
-            first = max(0, lo - back)
-            f.seek(first)
-            window = f.read(min(size, hi + longest + 1) - first)  # a special may straddle hi
-            best, p = -1, find_byte_cut(window, lo - first, pre, specials)
-            while 0 <= p and first + p <= hi:
-                best = first + p
-                p = find_byte_cut(window, p + 1, pre, specials)
-            if best > 0:
-                return best
-            hi, span = lo, 2 * span  # further back, in growing windows: linear in all
-    return 0
+        return last_byte_cut(f, 0, end, pre, specials)
 
 
 # -- claims -------------------------------------------------------------------------------

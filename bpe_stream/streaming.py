@@ -43,6 +43,29 @@ def _back(specials: Sequence[bytes]) -> int:
     return max([4] + [len(s) for s in specials])
 
 
+def last_byte_cut(f: BinaryIO, floor: int, end: int, pre: Pretokenizer, specials: Sequence[bytes]) -> int:
+    """The last safe cut ``c`` with ``floor < c <= end`` in the open file ``f`` (whose bytes
+    from ``floor`` on are read as they are now), or ``floor`` when there is none: windows read
+    backwards from ``end``, growing, so a long stretch without a cut costs linear time.
+    Special tokens that straddle ``end`` are seen (the window reads a little past it)."""
+    longest = max([0] + [len(s) for s in specials])
+    back = max(4, longest)
+    hi, span = end, CUT_WINDOW
+    while hi > floor:
+        lo = max(floor, hi - span)
+        first = max(0, lo - back)
+        f.seek(first)
+        window = f.read(hi + longest + 1 - first)  # (a special may straddle hi; short at the end of the file)
+        best, p = -1, find_byte_cut(window, lo - first, pre, specials)
+        while 0 <= p and first + p <= hi:
+            best = first + p
+            p = find_byte_cut(window, p + 1, pre, specials)
+        if best > floor:
+            return best
+        hi, span = lo, 2 * span
+    return floor
+
+
 def file_ranges(path: str, start: int, end: int, pre: Pretokenizer, specials: Sequence[bytes],
                 target: int) -> List[Tuple[int, int]]:
     """``[start, end)`` of the file ``path`` (``start`` a safe cut) as ranges of about
@@ -67,16 +90,20 @@ def file_ranges(path: str, start: int, end: int, pre: Pretokenizer, specials: Se
             window = f.read(min(CUT_WINDOW, end - lo))
             cut = find_byte_cut(window, pos - lo, pre, specials)
             if cut < 0 and pre.max_bytes and tried != cuts[-1]:
-                # A run with no cut (10 MB of CJK): a piece boundary of its pretoken, found from
-                # the last cut (the pretoken's start must be known), so a range stays bounded
-                # (tried once per range: the read is a range long).
+                # A run with no cut (10 MB of CJK, of spaces): a piece boundary of its
+                # pretoken, found from a cut where the pretoken starts -- the range's start,
+                # or the last cut before the run when it starts further on ("word" and 1 GB
+                # of spaces) -- so a range stays bounded (tried once per range: the reads
+                # are a range long).
                 tried = cuts[-1]
-                f.seek(cuts[-1])
-                head = f.read(min(end, pos + CUT_WINDOW) - cuts[-1])
-                piece = last_piece_byte_cut(head, pre, specials)
-                del head
-                if piece >= pos - cuts[-1]:
-                    cut = cuts[-1] + piece - lo
+                origin = cuts[-1]
+                piece = _piece_cut_from(f, origin, min(end, pos + CUT_WINDOW), pre, specials)
+                if piece < pos - origin:
+                    origin = last_byte_cut(f, cuts[-1], pos, pre, specials)
+                    if origin > cuts[-1]:
+                        piece = _piece_cut_from(f, origin, min(end, pos + CUT_WINDOW), pre, specials)
+                if piece >= pos - origin:
+                    cut = origin + piece - lo
             if cut < 0:
                 pos = lo + max(pos - lo + 1, len(window) - back)  # keep the tail: a special may straddle it
                 continue
@@ -85,6 +112,13 @@ def file_ranges(path: str, start: int, end: int, pre: Pretokenizer, specials: Se
             pos = cut + target
     cuts.append(end)
     return [(a, b) for a, b in zip(cuts, cuts[1:]) if b > a]
+
+
+def _piece_cut_from(f: BinaryIO, origin: int, end: int, pre: Pretokenizer, specials: Sequence[bytes]) -> int:
+    """``last_piece_byte_cut`` of bytes ``[origin, end)`` of the open file ``f``: an offset
+    from ``origin``, or -1."""
+    f.seek(origin)
+    return last_piece_byte_cut(f.read(end - origin), pre, specials)
 
 
 def byte_pieces(stream: BinaryIO, pre: Pretokenizer, specials: Sequence[bytes], limit: int, chunk_bytes: int,

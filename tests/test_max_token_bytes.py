@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 import regex
-from hypothesis import given
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from scanner_inputs import CORPORA, NAMES, documents, fragment
 
@@ -118,6 +118,30 @@ def test_byte_cuts_without_spaces_are_safe(monkeypatch, data, name, cap, start):
     for cut in (find_byte_cut(data, start, pre, []), last_piece_byte_cut(data, pre, [])):
         if cut > 0:
             assert scan(data[:cut], name, cap) + scan(data[cut:], name, cap) == whole, cut
+
+
+_SPACE_UNIT = st.lists(st.sampled_from([" ", " ", "\t", "\n", "\r", "\r\n", "\x0b", "\u3000", "\xa0"]), min_size=1,
+                      max_size=4).map("".join)
+# a unit repeated (" \t\n" * 7), and what ends the run
+SPACE_RUN = st.tuples(_SPACE_UNIT, st.integers(1, 30), st.sampled_from(["", "\n", " ", "\r\n", "\t"])).map(
+    lambda t: t[0] * t[1] + t[2])
+CONTINUATION = st.lists(st.sampled_from(["", " ", "\n", "x", " x", "'s", "1", "!", "\u3000", "中"]), max_size=4).map("".join)
+
+
+@settings(max_examples=1000)  # cheap examples (~1 ms): more of the rare shapes
+@given(run=SPACE_RUN, before=st.sampled_from(["", "", "x", " x", "x!", "12", "中"]), rest=CONTINUATION,
+       name=st.sampled_from(CAPPED), cap=st.integers(4, 12))
+@example(run=" \t\n" * 4, before="", rest="", name="o200k", cap=4)  # no cut after " \t": a match of its own
+def test_a_safe_cut_in_a_run_of_spaces_holds_for_any_continuation(monkeypatch, run, before, rest, name, cap):
+    """``safe_cut``'s promise where a long run of spaces (mixed with newlines, CR/LF, NBSP and
+    ideographic spaces) holds no other cut than its pieces: the text before the cut and the
+    text after it, whatever follows, pretokenize as the whole."""
+    monkeypatch.setattr(pretokenize, "FAMILY_CUT_MIN_CHARS", 0)
+    pre = Pretokenizer.from_name(name, cap)
+    text = before + run
+    i = pre.safe_cut(text)
+    if i > 0:
+        assert pre.split(text[:i]) + pre.split(text[i:] + rest) == pre.split(text + rest), (text[:i], text[i:])
 
 
 def test_family_cuts_find_the_boundaries_of_base64():
@@ -254,6 +278,29 @@ def test_a_10MB_run_without_spaces_counts_within_the_budget(tmp_path, baseline_r
         step = DEFAULT_MAX_TOKEN_BYTES // 3 * 3
         want = Counter(data[i:i + step] for i in range(0, len(data), step))
     assert words == dict(want)
+
+
+def test_160MB_of_spaces_after_a_word_count_within_the_budget(tmp_path, baseline_rss):
+    """A run of spaces that starts after a word, not at a range's start (it was read as one
+    160 MB range, and cutting it into ranges took minutes): its ranges end at the cap's
+    pieces.  The counts: the word, the run less its last space in pieces of the cap, the
+    last space with the next word."""
+    spaces = 160_000_000
+    src = tmp_path / "spaces.txt"
+    with open(src, "wb") as f:
+        f.write(b"word")
+        for _ in range(spaces // 1_000_000):
+            f.write(b" " * 1_000_000)
+        f.write(b" x\n")
+    store = tmp_path / "store"
+    _, rss = _peak_rss_mb(Cmd("count", "--store", store, "--max-memory", f"{BUDGET_MB}M", "-w", "1", src), tmp_path)
+    allowed = baseline_rss + BUDGET_MB + SLACK_MB
+    assert rss <= allowed, f"peak {rss:.0f} MB, allowed {allowed:.0f} MB (tiny: {baseline_rss:.0f})"
+    cap = DEFAULT_MAX_TOKEN_BYTES
+    want = {b"word": 1, b" " * cap: spaces // cap, b" x": 1, b"\n": 1}
+    if spaces % cap:
+        want[b" " * (spaces % cap)] = 1
+    assert H.snapshot(store)["words"] == want
 
 
 @pytest.fixture(scope="module")

@@ -120,6 +120,47 @@ def test_file_ranges_of_a_long_run_without_a_cut_stay_bounded_with_a_cap(tmp_pat
     assert len(file_ranges(str(path), 0, len(data), pretokenizer_of(uncapped), [], 1024)) <= 2
 
 
+# Long runs with no cut that start after other text (not at a range's start): with a cap,
+# their pieces' boundaries still bound the ranges.  (Not bounded, as before: runs of a
+# non-ASCII space, which has no byte-level cut; cl100k/o200k runs whose matches change at a
+# newline inside; whitespace and words, whose spaces are pretokens or gaps of their own.)
+LONG_RUNS = {"spaces": b" " * 200_000, "tabs and newlines": b" \t\n" * 70_000, "CJK": "中文字符".encode() * 20_000}
+BOUNDED = [("gpt2", kind) for kind in LONG_RUNS] + [("cl100k", kind) for kind in LONG_RUNS] + [
+    ("o200k", "spaces"), ("o200k", "CJK"), ("whitespace", "spaces"), ("whitespace", "tabs and newlines")]
+
+
+@pytest.mark.parametrize("name, kind", BOUNDED)
+def test_file_ranges_bound_a_long_run_without_a_cut_that_starts_after_other_text(tmp_path, name, kind):
+    data = b"hello world " * 100 + b"word" + LONG_RUNS[kind] + b"x bye"
+    path = tmp_path / "run.txt"
+    path.write_bytes(data)
+    capped = make_settings(name, [], max_token_bytes=64)
+    ranges = file_ranges(str(path), 0, len(data), pretokenizer_of(capped), [], 1024)
+    assert_cover(ranges, 0, len(data))
+    assert len(ranges) >= 4 and max(b - a for a, b in ranges) <= 1024 + streaming.CUT_WINDOW, ranges
+    assert [p for a, b in ranges for p in pretokens(data[a:b], capped)] == pretokens(data, capped)
+
+
+RUN_PART = st.sampled_from(["hello", " world", "x", "中文", "!!", "12", " ", "\t", "\n", "\r\n", "\u00a0", "\u3000"])
+RUN_DOC = st.lists(st.one_of(RUN_PART, st.tuples(RUN_PART, st.integers(8, 90)).map(lambda t: t[0] * t[1])),
+                   max_size=12).map(lambda parts: "".join(parts).encode())
+
+
+@given(RUN_DOC, st.sampled_from(["gpt2", "cl100k", "o200k", "whitespace", "words"]), st.integers(4, 12),
+       st.integers(1, 40))
+def test_file_ranges_in_long_runs_cut_only_at_safe_points(tmp_path_factory, monkeypatch, data, name, cap, target):
+    """Runs of spaces, newlines, CJK... longer than the cap, anywhere: with small read windows
+    (so that the piece cuts and the search back for a run's start are reached) every range
+    pretokenizes as its part of the whole."""
+    monkeypatch.setattr(streaming, "CUT_WINDOW", 32)
+    path = tmp_path_factory.mktemp("runs") / "doc.txt"
+    path.write_bytes(data)
+    settings = make_settings(name, [], max_token_bytes=cap)
+    ranges = file_ranges(str(path), 0, len(data), pretokenizer_of(settings), [], target)
+    assert_cover(ranges, 0, len(data))
+    assert [p for a, b in ranges for p in pretokens(data[a:b], settings)] == pretokens(data, settings)
+
+
 # -- streams ------------------------------------------------------------------------------
 @given(DOC, st.sampled_from(SETTINGS), st.integers(min_value=1, max_value=48), st.integers(min_value=1, max_value=9),
        st.integers(min_value=0, max_value=1000))
