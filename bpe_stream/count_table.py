@@ -90,6 +90,7 @@ class PyCountTable:
     def __init__(self):
         self._counts: Dict[bytes, int] = {}
         self.total = 0
+        self.key_bytes = 0  # the sum of the keys' lengths (a batch's memory estimate)
 
     def __len__(self) -> int:
         return len(self._counts)
@@ -127,7 +128,10 @@ class PyCountTable:
             raise OverflowError("can't convert negative int to unsigned")
         if count > MAX_COUNT - self.total or len(key) > MAX_KEY_BYTES:
             raise OverflowError("count table limit: a pretoken over 4 GiB or counts over 2**64-1")
-        self._counts[key] = self._counts.get(key, 0) + count
+        held = self._counts.get(key)
+        if held is None:
+            self.key_bytes += len(key)
+        self._counts[key] = (held or 0) + count
         self.total += count
 
     def merge(self, packed) -> None:
@@ -152,7 +156,7 @@ class PyCountTable:
 
     def clear(self) -> None:
         self._counts.clear()
-        self.total = 0
+        self.total = self.key_bytes = 0
 
 
 def _run_entries(run) -> Iterator[Tuple[bytes, int]]:

@@ -71,6 +71,9 @@ from .streaming import Window, file_ranges, text_pieces
 # Bytes one counter entry costs in CPython (a str key, a dict slot, an int), rounded up
 # from a measurement (performance notes above).
 COUNTER_ENTRY_BYTES = 128
+# The copies of a batch's keys at its flush besides the table's own: the sorted lists and
+# LMDB's dirty pages of the write (the table's are freed once the lists are made).
+KEY_COPIES = 2
 # Share of the budget for the counter: a flush also needs the sorted keys and LMDB's dirty
 # pages, and results from the workers keep arriving.
 COUNTER_SHARE = 0.35
@@ -450,6 +453,7 @@ class _Batch:
         self.table = CountTable()  # one worker's ranges, counted into it (count_range_into)
         self.runs: List[bytes] = []  # the workers' runs; runs[0] the merge of earlier ones once compacted
         self.run_entries = 0  # the runs' entries, a key in two runs counted twice
+        self.run_bytes = 0  # the runs' sizes
         self._compacted = 0  # entries of runs[0] when it is a merge of earlier runs
         self._compact_entries = compact_entries
         self.totals = {"bytes": 0, "documents": 0, "pretokens": 0, "specials": 0}
@@ -460,6 +464,7 @@ class _Batch:
         if partial.packed is not None:
             self.runs.append(partial.packed)
             self.run_entries += partial.entries
+            self.run_bytes += len(partial.packed)
             partial.packed = None  # consumed: held once, in the batch, until the next flush
             fresh = self.run_entries - self._compacted
             if fresh >= max(self._compacted, self._compact_entries) or len(self.runs) > MAX_RUNS:
@@ -476,11 +481,12 @@ class _Batch:
         run, entries = merge_runs_packed(self.runs)
         self.runs = [run]
         self.run_entries = self._compacted = entries
+        self.run_bytes = len(run)
 
     def take_counts(self):
         """Every count of the batch, bytes keys, as ``Store.add_batch`` takes them, taken out:
         the runs (and the table, sorted in C) merged into two sorted lists, once, at the flush."""
-        runs, self.runs, self.run_entries, self._compacted = self.runs, [], 0, 0
+        runs, self.runs, self.run_entries, self.run_bytes, self._compacted = self.runs, [], 0, 0, 0
         if len(self.table):
             if not runs and not self.counter:
                 counts = SortedCounts(*self.table.sorted_items())
@@ -499,8 +505,11 @@ class _Batch:
         return merged
 
     def estimated_bytes(self) -> int:
-        # A native entry or a run's costs less than a Counter's, but the flush makes lists of them all.
-        return (len(self.counter) + len(self.table) + self.run_entries) * COUNTER_ENTRY_BYTES
+        # A native entry or a run's costs less than a Counter's, but the flush makes lists of
+        # them all; and their keys twice over (the lists', LMDB's dirty pages), which for
+        # pretokens of the cap's length (60 MB of CJK: 900 distinct) is what counts.
+        entries = len(self.counter) + len(self.table) + self.run_entries
+        return entries * COUNTER_ENTRY_BYTES + KEY_COPIES * (self.table.key_bytes + self.run_bytes)
 
 
 def flush_threshold(max_memory: int, workers: int) -> int:

@@ -162,7 +162,9 @@ def test_a_batch_takes_out_the_sum_of_its_runs_however_they_were_compacted(parts
     for p in parts:
         batch.add(partial_of(p, pretokens=len(p)))
         assert len(batch.runs) <= counting.MAX_RUNS
-        assert batch.estimated_bytes() == batch.run_entries * counting.COUNTER_ENTRY_BYTES
+        assert batch.run_bytes == sum(map(len, batch.runs))
+        assert batch.estimated_bytes() == (batch.run_entries * counting.COUNTER_ENTRY_BYTES
+                                           + counting.KEY_COPIES * batch.run_bytes)
     want = summed(parts)
     assert batch.totals["pretokens"] == sum(map(len, parts))
     counts = batch.take_counts()
@@ -231,3 +233,34 @@ def test_two_workers_whose_runs_are_compacted_give_the_store_of_one(tmp_path, mo
                 stores.append((dict(st_.iter_words(txn)), st_.totals(txn)))
     assert compactions, "the two-worker count merged no runs on the way"
     assert stores[0] == stores[1]
+
+
+@pytest.mark.parametrize("make", TABLES)
+@given(parts=PARTS, text=st.binary(max_size=200))
+def test_key_bytes_is_the_sum_of_the_distinct_keys_lengths(make, parts, text):
+    """What a batch's memory estimate reads (``_Batch.estimated_bytes``), for both tables,
+    after adds, a merged run and a feed; 0 once cleared."""
+    table = make()
+    for part in parts[:-1]:
+        for key, n in part.items():
+            table.add(key, n)
+    if parts:
+        table.merge(run_of(parts[-1]))
+    table.feed(text, "gpt2")
+    assert table.key_bytes == sum(map(len, table.to_dict()))
+    table.clear()
+    assert table.key_bytes == 0
+
+
+def test_a_batch_counts_its_keys_bytes_in_its_estimate():
+    """Two batches with as many entries, one with keys 1,000 times as long: the long keys
+    are estimated larger by twice their bytes (the lists and LMDB's pages of the flush)."""
+    short, long_ = counting._Batch(), counting._Batch()
+    for i in range(100):
+        short.table.add(b"%04d" % i)
+        long_.table.add(b"%04d" % i * 1000)
+    assert long_.estimated_bytes() - short.estimated_bytes() == counting.KEY_COPIES * 100 * (4000 - 4)
+    run = counting.PartialCounts(packed=run_of({b"x" * 5000: 1}), entries=1)
+    before = short.estimated_bytes()
+    short.add(run)
+    assert short.estimated_bytes() - before == counting.COUNTER_ENTRY_BYTES + counting.KEY_COPIES * (5000 + 12)

@@ -303,6 +303,22 @@ def test_160MB_of_spaces_after_a_word_count_within_the_budget(tmp_path, baseline
     assert H.snapshot(store)["words"] == want
 
 
+def test_60MB_of_distinct_long_pretokens_count_within_the_budget(tmp_path, baseline_rss):
+    """1,200 distinct words of 50,000 letters: few entries, but 60 MB of keys, which the
+    batch's estimate of its memory counted as 128 bytes an entry (the batch was never
+    flushed; peak 263 MB under a 256 MB budget for 60 MB of CJK)."""
+    rng = random.Random(11)
+    letters = bytes(97 + i % 26 for i in range(256))
+    words = [rng.randbytes(50_000).translate(letters) for _ in range(1_200)]
+    src = tmp_path / "long-words.txt"
+    src.write_bytes(b" ".join(words))
+    store = tmp_path / "store"
+    _, rss = _peak_rss_mb(Cmd("count", "--store", store, "--max-memory", f"{BUDGET_MB}M", "-w", "1", src), tmp_path)
+    allowed = baseline_rss + BUDGET_MB + SLACK_MB
+    assert rss <= allowed, f"peak {rss:.0f} MB, allowed {allowed:.0f} MB (tiny: {baseline_rss:.0f})"
+    assert H.snapshot(store)["words"] == Counter([words[0]] + [b" " + w for w in words[1:]])
+
+
 @pytest.fixture(scope="module")
 def chinese_tokenizer(tmp_path_factory):
     work = tmp_path_factory.mktemp("zh")

@@ -552,9 +552,11 @@ def test_the_count_budget_keeps_room_for_the_workers(tmp_path, store_dir, monkey
 
     monkeypatch.setattr(Store, "add_batch", recording)
     monkeypatch.setattr(counting, "WORKER_BYTES", 1 << 20)
-    budget = 8 * mib  # 2 workers: 6 MiB left, 16,800 entries; 1 worker: 22,900 (the doc has 20,000)
+    # an entry of a worker's run: its estimate, and twice its key (" w10000") with its packed length and count
+    per_entry = counting.COUNTER_ENTRY_BYTES + counting.KEY_COPIES * (len(b" w10000") + 12)
+    budget = 8 * mib  # 2 workers: 6 MiB left, ~13,200 entries; 1 worker: ~21,000 (the doc has 20,000)
     _count(store_dir, [path], GPT2, workers=2, max_memory=budget, range_bytes=4096)
-    limit = counting.flush_threshold(budget, 2) // counting.COUNTER_ENTRY_BYTES
+    limit = counting.flush_threshold(budget, 2) // per_entry
     assert len(sizes) == 2 and limit <= sizes[0] <= limit + 1000, (sizes, limit)  # + one range's pretokens
     sizes.clear()
     _count(tmp_path / "one", [path], GPT2, workers=1, max_memory=budget, range_bytes=4096)

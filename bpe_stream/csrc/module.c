@@ -864,6 +864,12 @@ static PyObject *table_total(CountTableObject *self, void *unused) {
     return PyLong_FromUnsignedLongLong(bs_ct_total(self->table));
 }
 
+static PyObject *table_key_bytes(CountTableObject *self, void *unused) {
+    /* the packed form is each key and its fixed overhead */
+    size_t packed = bs_ct_packed_size(self->table);
+    return PyLong_FromSize_t(packed - BS_CT_PACKED_OVERHEAD * bs_ct_len(self->table));
+}
+
 static PyMethodDef table_methods[] = {
     {"feed", (PyCFunction)(void (*)(void))table_feed, METH_VARARGS | METH_KEYWORDS, feed_doc},
     {"feed_between", (PyCFunction)(void (*)(void))table_feed_between, METH_VARARGS | METH_KEYWORDS, feed_between_doc},
@@ -878,6 +884,7 @@ static PyMethodDef table_methods[] = {
 
 static PyGetSetDef table_getset[] = {
     {"total", (getter)table_total, NULL, "The sum of the counts.", NULL},
+    {"key_bytes", (getter)table_key_bytes, NULL, "The sum of the keys' lengths.", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 
