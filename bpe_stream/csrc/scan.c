@@ -379,6 +379,82 @@ HOT size_t match_words(const uint8_t *s, size_t n, size_t *p) {
     return run(s, n, *p, NOT_SPACE);
 }
 
+/* 64 bytes at a time (SSE2, with GCC or Clang builtins; BS_SCAN_NO_SIMD turns it off): the
+ * ASCII classes of a block of the text as bit masks, bit i for byte base+i, from which the
+ * common gpt2 pretokens -- an ASCII run of letters, digits or other characters, a space
+ * before it, a run of ASCII spaces -- end in a few bit operations.  A pretoken the masks do
+ * not decide (an apostrophe, a non-ASCII character at its start, end or after its space,
+ * or one that runs past the block) goes to match_gpt2, or to a block from its start.  The
+ * ASCII members of the classes are spelled out as byte ranges, as for SWAR above. */
+#if defined(__SSE2__) && (defined(__GNUC__) || defined(__clang__)) && !defined(BS_SCAN_NO_SIMD)
+#define BLOCKS 1
+#include <emmintrin.h>
+
+typedef struct {
+    size_t base, lim; /* the block is data[base:base+lim), lim <= 64 */
+    uint64_t ascii;   /* zero past lim, as are the class masks */
+    uint64_t cls[5];  /* by KIND: letters, digits, other, spaces, and none (non-ASCII) */
+} block_t;
+
+enum { K_L, K_N, K_O, K_S, K_NONE };
+
+/* The kind of each byte: which of the block's class masks it is in (if in the block). */
+static const uint8_t KIND[256] = {
+    [0 ... 0x7F] = K_O, [0x80 ... 0xFF] = K_NONE, ['A' ... 'Z'] = K_L, ['a' ... 'z'] = K_L,
+    ['0' ... '9'] = K_N, [0x09 ... 0x0D] = K_S,   [' '] = K_S,
+};
+
+/* Byte by byte where x - lo (wrapping) <= span: x in [lo, lo+span] (lo+span < 0x80). */
+static inline __m128i in_range(__m128i x, int lo, int span) {
+    __m128i t = _mm_sub_epi8(x, _mm_set1_epi8((char)lo));
+    return _mm_cmpeq_epi8(_mm_min_epu8(t, _mm_set1_epi8((char)span)), t);
+}
+
+/* The block of data[base:], base < n. */
+COLD void block_fill(block_t *b, const uint8_t *s, size_t n, size_t base) {
+    uint8_t pad[64];
+    const uint8_t *src = s + base;
+    size_t lim = n - base < 64 ? n - base : 64;
+    if (lim < 64) { /* the end of the text: the bytes past it are in no class */
+        memset(pad, 0, sizeof pad);
+        memcpy(pad, src, lim);
+        src = pad;
+    }
+    uint64_t a = 0, l = 0, d = 0, sp = 0;
+    for (int j = 0; j < 4; j++) {
+        __m128i x = _mm_loadu_si128((const __m128i *)(const void *)(src + 16 * j));
+        __m128i lx = _mm_or_si128(x, _mm_set1_epi8(0x20));
+        __m128i spc = _mm_or_si128(in_range(x, 0x09, 0x0D - 0x09), _mm_cmpeq_epi8(x, _mm_set1_epi8(' ')));
+        a |= (uint64_t)(uint16_t)~_mm_movemask_epi8(x) << (16 * j);
+        l |= (uint64_t)(uint16_t)_mm_movemask_epi8(in_range(lx, 'a', 'z' - 'a')) << (16 * j);
+        d |= (uint64_t)(uint16_t)_mm_movemask_epi8(in_range(x, '0', 9)) << (16 * j);
+        sp |= (uint64_t)(uint16_t)_mm_movemask_epi8(spc) << (16 * j);
+    }
+    if (lim < 64) a &= (1ull << lim) - 1; /* (the zeros past lim are in no class but other) */
+    b->base = base, b->lim = lim, b->ascii = a;
+    b->cls[K_L] = l, b->cls[K_N] = d, b->cls[K_O] = a & ~(l | d | sp), b->cls[K_S] = sp, b->cls[K_NONE] = 0;
+}
+
+/* The end of gpt2's match at p as the block's masks decide it, 0 if they do not (matches
+ * are never empty): the run of the class of the ASCII byte at p + q (in the block; q is 1
+ * after a space at p) from there (spaces: from p, a space too), ended by an ASCII byte in
+ * the block.  *past is set when its end lies past the block. */
+HOT size_t block_gpt2(const block_t *b, const uint8_t *s, size_t p, size_t q, int *past) {
+    size_t off = p - b->base;
+    unsigned kind = KIND[s[p + q]];
+    uint64_t m = b->cls[kind] >> (off + q); /* bit 0 set: an ASCII byte is in its class */
+    size_t t = q + (size_t)__builtin_ctzll(~m);
+    if (off + t >= 64 || !((b->ascii >> (off + t)) & 1)) { /* non-ASCII (the run may go on), or past */
+        *past = off + t >= b->lim;
+        return 0;
+    }
+    if (kind == K_S && t >= 2) t--; /* \s+(?!\S): the run gives its last space back; \s+: one space */
+    return p + t;
+}
+
+COLD size_t match_gpt2_cold(const uint8_t *s, size_t n, size_t p) { return match_gpt2(s, n, p); }
+#endif
+
 /* findall: a match is recorded and scanning goes on at its end; where none starts, one
  * character further (all the patterns' matches are non-empty). */
 #define SCAN_WITH(match)                                        \
@@ -395,7 +471,38 @@ HOT size_t match_words(const uint8_t *s, size_t n, size_t *p) {
 ptrdiff_t bs_scan(int pattern, const uint8_t *data, size_t len, size_t *pos, bs_span *out, size_t cap) {
     size_t p = *pos, k = 0, e;
     switch (pattern) {
-    case BS_SCAN_GPT2: SCAN_WITH(match_gpt2); break;
+    case BS_SCAN_GPT2:
+#ifdef BLOCKS
+        if (p < len) {
+            block_t b;
+            block_fill(&b, data, len, p);
+            while (p < len && k < cap) {
+                /* the masks decide runs of ASCII, not a contraction: c and the byte after
+                 * a space, if there is one, are ASCII, c is not an apostrophe */
+                unsigned c = data[p];
+                size_t q = c == ' ';
+                e = 0;
+                if (c != '\'' && p + q < len && data[p + q] < 0x80) {
+                    int past = 0;
+                    if (p + q - b.base >= b.lim) block_fill(&b, data, len, p);
+                    e = block_gpt2(&b, data, p, q, &past);
+                    if (!e && past && p > b.base) { /* a block from p may decide it */
+                        block_fill(&b, data, len, p);
+                        e = block_gpt2(&b, data, p, q, &past);
+                    }
+                }
+                if (!e && (e = match_gpt2_cold(data, len, p)) == p) {
+                    p += at(data, len, p).len;
+                    continue;
+                }
+                out[k].start = p, out[k].end = e, k++;
+                p = e;
+            }
+            break;
+        }
+#endif
+        SCAN_WITH(match_gpt2);
+        break;
     case BS_SCAN_CL100K: SCAN_WITH(match_cl100k); break;
     case BS_SCAN_O200K: SCAN_WITH(match_o200k); break;
     case BS_SCAN_WHITESPACE: SCAN_WITH(match_whitespace); break;
