@@ -394,6 +394,7 @@ typedef struct {
     size_t base, lim; /* the block is data[base:base+lim), lim <= 64 */
     uint64_t ascii;   /* zero past lim, as are the class masks */
     uint64_t cls[5];  /* by KIND: letters, digits, other, spaces, and none (non-ASCII) */
+    uint64_t blank, apos; /* the bytes ' ' and '\'' */
 } block_t;
 
 enum { K_L, K_N, K_O, K_S, K_NONE };
@@ -420,7 +421,7 @@ COLD void block_fill(block_t *b, const uint8_t *s, size_t n, size_t base) {
         memcpy(pad, src, lim);
         src = pad;
     }
-    uint64_t a = 0, l = 0, d = 0, sp = 0;
+    uint64_t a = 0, l = 0, d = 0, sp = 0, bl = 0, ap = 0;
     for (int j = 0; j < 4; j++) {
         __m128i x = _mm_loadu_si128((const __m128i *)(const void *)(src + 16 * j));
         __m128i lx = _mm_or_si128(x, _mm_set1_epi8(0x20));
@@ -429,10 +430,43 @@ COLD void block_fill(block_t *b, const uint8_t *s, size_t n, size_t base) {
         l |= (uint64_t)(uint16_t)_mm_movemask_epi8(in_range(lx, 'a', 'z' - 'a')) << (16 * j);
         d |= (uint64_t)(uint16_t)_mm_movemask_epi8(in_range(x, '0', 9)) << (16 * j);
         sp |= (uint64_t)(uint16_t)_mm_movemask_epi8(spc) << (16 * j);
+        bl |= (uint64_t)(uint16_t)_mm_movemask_epi8(_mm_cmpeq_epi8(x, _mm_set1_epi8(' '))) << (16 * j);
+        ap |= (uint64_t)(uint16_t)_mm_movemask_epi8(_mm_cmpeq_epi8(x, _mm_set1_epi8('\''))) << (16 * j);
     }
     if (lim < 64) a &= (1ull << lim) - 1; /* (the zeros past lim are in no class but other) */
     b->base = base, b->lim = lim, b->ascii = a;
     b->cls[K_L] = l, b->cls[K_N] = d, b->cls[K_O] = a & ~(l | d | sp), b->cls[K_S] = sp, b->cls[K_NONE] = 0;
+    b->blank = bl, b->apos = ap;
+}
+
+/* gpt2's pretokens of a block that starts at one, all at once: where each starts, as bits.
+ * Over ASCII a pretoken starts where a run of letters, digits or other characters starts,
+ * unless a space is before it (then at that space: the last of a run of spaces), and at
+ * the first and the last space of each run of spaces (\s+(?!\S) gives the last back, to
+ * the run after it or as a pretoken of its own).  A start at bit i depends on the bytes
+ * i-1..i+1 (bit 0: the block's start is a pretoken's), so the starts are exact up to two
+ * bytes before the first non-ASCII byte or the block's end, and a pretoken is certain
+ * when the next start is among those.  A start at an apostrophe may be a contraction:
+ * the pretokens end there.  Writes the certain pretokens up to cap into out from *k, and
+ * returns where the first one not written starts (base itself: none was). */
+HOT size_t block_gpt2_all(const block_t *b, bs_span *out, size_t *k, size_t cap) {
+    uint64_t a = b->ascii, l = b->cls[K_L], d = b->cls[K_N], o = b->cls[K_O], sp = b->cls[K_S];
+    uint64_t runs = (l & ~(l << 1)) | (d & ~(d << 1)) | (o & ~(o << 1));
+    uint64_t starts = (runs & ~(b->blank << 1)) | (sp & ~(sp << 1)) | (sp & ~(sp >> 1));
+    unsigned v = ~a ? (unsigned)__builtin_ctzll(~a) : 64; /* the first non-ASCII byte, or the end */
+    if (v < 2) return b->base;
+    starts &= (1ull << (v - 1)) - 1; /* exact: bits 0..v-2 */
+    uint64_t ap = starts & b->apos;
+    if (ap) starts &= (ap ^ (ap - 1)); /* up to the first apostrophe start, that one kept */
+    starts &= starts - 1;              /* (bit 0: the block's start) */
+    size_t x = b->base, i = *k;
+    for (; starts && i < cap; starts &= starts - 1) {
+        size_t y = b->base + (size_t)__builtin_ctzll(starts);
+        out[i].start = x, out[i].end = y, i++;
+        x = y;
+    }
+    *k = i;
+    return x;
 }
 
 /* The end of gpt2's match at p as the block's masks decide it, 0 if they do not (matches
@@ -475,23 +509,20 @@ ptrdiff_t bs_scan(int pattern, const uint8_t *data, size_t len, size_t *pos, bs_
 #ifdef BLOCKS
         if (p < len) {
             block_t b;
-            block_fill(&b, data, len, p);
             while (p < len && k < cap) {
-                /* the masks decide runs of ASCII, not a contraction: c and the byte after
-                 * a space, if there is one, are ASCII, c is not an apostrophe */
+                /* a block from p when its first pretoken may be decided by the masks: c and
+                 * the byte after a space, if there is one, are ASCII, c is no apostrophe */
                 unsigned c = data[p];
                 size_t q = c == ' ';
-                e = 0;
                 if (c != '\'' && p + q < len && data[p + q] < 0x80) {
-                    int past = 0;
-                    if (p + q - b.base >= b.lim) block_fill(&b, data, len, p);
-                    e = block_gpt2(&b, data, p, q, &past);
-                    if (!e && past && p > b.base) { /* a block from p may decide it */
-                        block_fill(&b, data, len, p);
-                        e = block_gpt2(&b, data, p, q, &past);
+                    block_fill(&b, data, len, p);
+                    size_t x = block_gpt2_all(&b, out, &k, cap);
+                    if (x != p) {
+                        p = x;
+                        continue;
                     }
                 }
-                if (!e && (e = match_gpt2_cold(data, len, p)) == p) {
+                if ((e = match_gpt2_cold(data, len, p)) == p) {
                     p += at(data, len, p).len;
                     continue;
                 }
