@@ -131,6 +131,14 @@ HOT uint64_t hash_key(const uint8_t *p, size_t n, uint64_t head) {
     return mum(load64(p + n - 16) ^ K0, load64(p + n - 8) ^ seed);
 }
 
+/* hash_key of a key of up to 16 bytes where 8 bytes from p may be read, without a branch on the length
+ * (a key up to 8 bytes hashes its head with a zero word, as hash_key does). */
+HOT uint64_t hash_key_readable(const uint8_t *p, size_t n, uint64_t head) {
+    uint64_t longer = 0 - (uint64_t)(n > 8);
+    uint64_t last = load64(p + (n & (size_t)longer) - (8 & (size_t)longer)) & longer;
+    return mum(head ^ K0, last ^ ((uint64_t)n ^ K1));
+}
+
 /* Whether two keys of len > 8 bytes whose first 8 agree are the same: word by word, the
  * last word read where it ends (overlapping the one before). */
 HOT int same_tail(const uint8_t *a, const uint8_t *b, size_t len) {
@@ -288,7 +296,7 @@ int bs_ct_add(bs_counttable *t, const uint8_t *key, size_t len, uint64_t n) {
  * often is (the slots are at most half full), found with one read and no tag compared. */
 HOT void prefetch_entry(const bs_counttable *t, uint64_t hash) {
     uint64_t s = t->slots[first_slot(t, hash)];
-    if (s) PREFETCH(&t->entries[(uint32_t)s - 1]);
+    PREFETCH(&t->entries[(uint32_t)s - (s != 0)]); /* (an empty slot: the first entry, no branch) */
 }
 /* Up to SPAN_BATCH keys to add, hashed, their slots prefetched (batch_put), then added
  * with their entries prefetched a few keys ahead (add_keys): feed's pretokens and a
@@ -360,16 +368,28 @@ static int add_spans(bs_counttable *t, const uint8_t *data, size_t data_len, con
         return add_keys(t, &b, count, counted);
     }
     span_hashes h;
-    /* where 8 bytes can be read from a key's start: one load and a mask for its head */
-    size_t readable = data_len >= 8 ? data_len - 8 : 0;
-    for (size_t k = 0; k < count; k++) {
-        size_t start = spans[k].start, len = spans[k].end - start;
-        const uint8_t *key = data + start;
-        uint64_t head = (data_len >= 8 && start <= readable) ? load_head_nonempty(key, len) : load_head(key, len);
-        uint64_t hash = hash_key(key, len, head);
-        h.head[k] = head;
-        h.hash[k] = hash;
-        PREFETCH(&t->slots[first_slot(t, hash)]);
+    if (data_len >= 8 && spans[count - 1].start <= data_len - 8) {
+        /* 8 bytes can be read from every key's start (the spans are in order): its head
+         * is one load and a mask, its hash (up to 16 bytes) without a branch on its length */
+        for (size_t k = 0; k < count; k++) {
+            size_t start = spans[k].start, len = spans[k].end - start;
+            const uint8_t *key = data + start;
+            uint64_t head = load_head_nonempty(key, len);
+            uint64_t hash = len > 16 ? hash_key(key, len, head) : hash_key_readable(key, len, head);
+            h.head[k] = head;
+            h.hash[k] = hash;
+            PREFETCH(&t->slots[first_slot(t, hash)]);
+        }
+    } else {
+        for (size_t k = 0; k < count; k++) {
+            size_t start = spans[k].start, len = spans[k].end - start;
+            const uint8_t *key = data + start;
+            uint64_t head = load_head(key, len);
+            uint64_t hash = hash_key(key, len, head);
+            h.head[k] = head;
+            h.hash[k] = hash;
+            PREFETCH(&t->slots[first_slot(t, hash)]);
+        }
     }
     uint64_t found = 0;
     int rc = BS_CT_OK;
