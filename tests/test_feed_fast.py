@@ -54,7 +54,8 @@ def check_feed(data: bytes, name: str, max_bytes: int = 0) -> None:
 RUNS = ["a", "Z", "7", ".", "'", " ", "\n", "\t", "\r\n"]
 BREAKS = [
     "", " ", "  ", " a", " 1", " .", "\n", "\n\n", " \n", "'s", "'LL", "'x", "''", "é", "\xa0", "\u2003", "²", "٣",
-    "—", "“", "\u0301", "中", "😀", "\x1c", "\x00", "\x7f", "a", "1", ";",
+    "—", "“", "\u0301", "中", "😀", "\x1c", "\x00", "\x7f", "a", "1", ";", "\r", "\r\n", " \r\n", "\t", "\ta", "(a",
+    "((a", " (a", "1234", "12345678", ".\n", "\x0ba",
 ]
 INVALID = [b"\xff", b"\x80", b"\xc3", b"\xe2\x82", b"\xed\xa0\x80"]
 
@@ -62,8 +63,9 @@ INVALID = [b"\xff", b"\x80", b"\xc3", b"\xe2\x82", b"\xed\xa0\x80"]
 @pytest.mark.parametrize("name", NAMES)
 @pytest.mark.parametrize("run", RUNS)
 def test_runs_of_every_length_ended_by_every_kind_of_character(name, run):
-    # runs from 0 to 140 bytes cross 0, 1 and 2 block boundaries, after prefixes that shift them
-    for prefix in ("", "x", " ", "ab "):
+    # runs from 0 to 140 bytes cross 0, 1 and 2 block boundaries, after prefixes that shift
+    # them (and that cl100k's [^\r\n\p{L}\p{N}]?+ may take)
+    for prefix in ("", "x", " ", "ab ", "(", "\t", "1"):
         for k in range(0, 141, 1 if len(run) == 1 else 3):
             body = prefix + run * k
             for brk in BREAKS:
@@ -91,6 +93,7 @@ ascii_fragment = st.one_of(
     st.text(alphabet="!\"#$%&()*+,-./:;<=>?@[\\]^_`{|}~'", min_size=1, max_size=8),
     st.text(alphabet=" \t\n\r\x0b\x0c", min_size=1, max_size=70),
     st.sampled_from(["'s", "'t", "'re", "'ve", "'m", "'ll", "'d", "'S", "'LL", "n't", " '", "''"]),
+    st.sampled_from(["\r", "\n", "\r\n", " \n", "\n ", "(", " (", "((", "\t", "\x0b"]),
     st.sampled_from([" ", " ", " ", "  ", "\n"]),
 )
 fast_fragment = st.one_of(

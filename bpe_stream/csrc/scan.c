@@ -381,29 +381,20 @@ HOT size_t match_words(const uint8_t *s, size_t n, size_t *p) {
 
 /* 64 bytes at a time (SSE2, with GCC or Clang builtins; BS_SCAN_NO_SIMD turns it off): the
  * ASCII classes of a block of the text as bit masks, bit i for byte base+i, from which the
- * common gpt2 pretokens -- an ASCII run of letters, digits or other characters, a space
- * before it, a run of ASCII spaces -- end in a few bit operations.  A pretoken the masks do
- * not decide (an apostrophe, a non-ASCII character at its start, end or after its space,
- * or one that runs past the block) goes to match_gpt2, or to a block from its start.  The
- * ASCII members of the classes are spelled out as byte ranges, as for SWAR above. */
+ * pretokens of gpt2 and cl100k over ASCII are found all at once, as the bits where they
+ * start; what the masks do not decide (a contraction, non-ASCII, cl100k's CR and LF,
+ * digits past three) is left to the matchers.  The ASCII members of the classes are
+ * spelled out as byte ranges, as for SWAR above. */
 #if defined(__SSE2__) && (defined(__GNUC__) || defined(__clang__)) && !defined(BS_SCAN_NO_SIMD)
 #define BLOCKS 1
 #include <emmintrin.h>
 
 typedef struct {
-    size_t base, lim; /* the block is data[base:base+lim), lim <= 64 */
-    uint64_t ascii;   /* zero past lim, as are the class masks */
-    uint64_t cls[5];  /* by KIND: letters, digits, other, spaces, and none (non-ASCII) */
-    uint64_t blank, apos; /* the bytes ' ' and '\'' */
+    size_t base;                        /* the block is data[base:base+64), or to the end */
+    uint64_t ascii;                     /* ASCII bytes (none past the end) */
+    uint64_t letter, digit, other, space; /* ASCII \p{L}, \p{N}, [^\s\p{L}\p{N}], \s */
+    uint64_t blank, apos, crlf;         /* ' ', '\'', and CR or LF */
 } block_t;
-
-enum { K_L, K_N, K_O, K_S, K_NONE };
-
-/* The kind of each byte: which of the block's class masks it is in (if in the block). */
-static const uint8_t KIND[256] = {
-    [0 ... 0x7F] = K_O, [0x80 ... 0xFF] = K_NONE, ['A' ... 'Z'] = K_L, ['a' ... 'z'] = K_L,
-    ['0' ... '9'] = K_N, [0x09 ... 0x0D] = K_S,   [' '] = K_S,
-};
 
 /* Byte by byte where x - lo (wrapping) <= span: x in [lo, lo+span] (lo+span < 0x80). */
 static inline __m128i in_range(__m128i x, int lo, int span) {
@@ -411,54 +402,55 @@ static inline __m128i in_range(__m128i x, int lo, int span) {
     return _mm_cmpeq_epi8(_mm_min_epu8(t, _mm_set1_epi8((char)span)), t);
 }
 
-/* The block of data[base:], base < n. */
-COLD void block_fill(block_t *b, const uint8_t *s, size_t n, size_t base) {
+static inline uint64_t bits16(__m128i m, int j) { return (uint64_t)(uint16_t)_mm_movemask_epi8(m) << (16 * j); }
+
+/* The block of data[base:], base < n (its CR and LF if with_crlf, else none). */
+HOT void block_masks(block_t *b, const uint8_t *s, size_t n, size_t base, int with_crlf) {
     uint8_t pad[64];
     const uint8_t *src = s + base;
     size_t lim = n - base < 64 ? n - base : 64;
-    if (lim < 64) { /* the end of the text: the bytes past it are in no class */
+    if (lim < 64) { /* the end of the text: the bytes past it count as non-ASCII */
         memset(pad, 0, sizeof pad);
         memcpy(pad, src, lim);
         src = pad;
     }
-    uint64_t a = 0, l = 0, d = 0, sp = 0, bl = 0, ap = 0;
+    uint64_t a = 0, l = 0, d = 0, sp = 0, bl = 0, ap = 0, nl = 0;
     for (int j = 0; j < 4; j++) {
         __m128i x = _mm_loadu_si128((const __m128i *)(const void *)(src + 16 * j));
         __m128i lx = _mm_or_si128(x, _mm_set1_epi8(0x20));
-        __m128i spc = _mm_or_si128(in_range(x, 0x09, 0x0D - 0x09), _mm_cmpeq_epi8(x, _mm_set1_epi8(' ')));
+        __m128i blank = _mm_cmpeq_epi8(x, _mm_set1_epi8(' '));
         a |= (uint64_t)(uint16_t)~_mm_movemask_epi8(x) << (16 * j);
-        l |= (uint64_t)(uint16_t)_mm_movemask_epi8(in_range(lx, 'a', 'z' - 'a')) << (16 * j);
-        d |= (uint64_t)(uint16_t)_mm_movemask_epi8(in_range(x, '0', 9)) << (16 * j);
-        sp |= (uint64_t)(uint16_t)_mm_movemask_epi8(spc) << (16 * j);
-        bl |= (uint64_t)(uint16_t)_mm_movemask_epi8(_mm_cmpeq_epi8(x, _mm_set1_epi8(' '))) << (16 * j);
-        ap |= (uint64_t)(uint16_t)_mm_movemask_epi8(_mm_cmpeq_epi8(x, _mm_set1_epi8('\''))) << (16 * j);
+        l |= bits16(in_range(lx, 'a', 'z' - 'a'), j);
+        d |= bits16(in_range(x, '0', 9), j);
+        sp |= bits16(_mm_or_si128(in_range(x, 0x09, 0x0D - 0x09), blank), j);
+        bl |= bits16(blank, j);
+        ap |= bits16(_mm_cmpeq_epi8(x, _mm_set1_epi8('\'')), j);
+        if (with_crlf)
+            nl |= bits16(_mm_or_si128(_mm_cmpeq_epi8(x, _mm_set1_epi8('\r')), _mm_cmpeq_epi8(x, _mm_set1_epi8('\n'))), j);
     }
-    if (lim < 64) a &= (1ull << lim) - 1; /* (the zeros past lim are in no class but other) */
-    b->base = base, b->lim = lim, b->ascii = a;
-    b->cls[K_L] = l, b->cls[K_N] = d, b->cls[K_O] = a & ~(l | d | sp), b->cls[K_S] = sp, b->cls[K_NONE] = 0;
-    b->blank = bl, b->apos = ap;
+    if (lim < 64) a &= (1ull << lim) - 1; /* (the zeros past the end are in no class but other) */
+    b->base = base, b->ascii = a;
+    b->letter = l, b->digit = d, b->other = a & ~(l | d | sp), b->space = sp;
+    b->blank = bl, b->apos = ap, b->crlf = nl;
 }
 
-/* gpt2's pretokens of a block that starts at one, all at once: where each starts, as bits.
- * Over ASCII a pretoken starts where a run of letters, digits or other characters starts,
- * unless a space is before it (then at that space: the last of a run of spaces), and at
- * the first and the last space of each run of spaces (\s+(?!\S) gives the last back, to
- * the run after it or as a pretoken of its own).  A start at bit i depends on the bytes
- * i-1..i+1 (bit 0: the block's start is a pretoken's), so the starts are exact up to two
- * bytes before the first non-ASCII byte or the block's end, and a pretoken is certain
- * when the next start is among those.  A start at an apostrophe may be a contraction:
- * the pretokens end there.  Writes the certain pretokens up to cap into out from *k, and
- * returns where the first one not written starts (base itself: none was). */
-HOT size_t block_gpt2_all(const block_t *b, bs_span *out, size_t *k, size_t cap) {
-    uint64_t a = b->ascii, l = b->cls[K_L], d = b->cls[K_N], o = b->cls[K_O], sp = b->cls[K_S];
-    uint64_t runs = (l & ~(l << 1)) | (d & ~(d << 1)) | (o & ~(o << 1));
-    uint64_t starts = (runs & ~(b->blank << 1)) | (sp & ~(sp << 1)) | (sp & ~(sp >> 1));
-    unsigned v = ~a ? (unsigned)__builtin_ctzll(~a) : 64; /* the first non-ASCII byte, or the end */
-    if (v < 2) return b->base;
-    starts &= (1ull << (v - 1)) - 1; /* exact: bits 0..v-2 */
-    uint64_t ap = starts & b->apos;
-    if (ap) starts &= (ap ^ (ap - 1)); /* up to the first apostrophe start, that one kept */
-    starts &= starts - 1;              /* (bit 0: the block's start) */
+COLD void block_fill_gpt2(block_t *b, const uint8_t *s, size_t n, size_t base) { block_masks(b, s, n, base, 0); }
+COLD void block_fill_cl100k(block_t *b, const uint8_t *s, size_t n, size_t base) { block_masks(b, s, n, base, 1); }
+
+/* Writes the pretokens of a block that starts at one, from the bits where they start:
+ * those before `hard` (the first byte the starts do not see right, 64 for none) are exact
+ * but the last, a start at a space (the last of its run, whose end lies past it), and a
+ * pretoken is written when the next start is exact.  A start in `stop` (an apostrophe:
+ * maybe a contraction) is the last.  Writes up to cap spans into out from *k; returns
+ * where the first pretoken not written starts (the block's start: none was). */
+HOT size_t block_emit(const block_t *b, uint64_t starts, unsigned hard, uint64_t stop, bs_span *out, size_t *k,
+                      size_t cap) {
+    if (hard == 0) return b->base;
+    uint64_t last = 1ull << (hard - 1);
+    starts &= (last - 1) | (last & ~b->space); /* exact: bits 0..hard-2, and hard-1 unless a space */
+    uint64_t cut = starts & stop;
+    if (cut) starts &= cut ^ (cut - 1); /* up to the first stop, that one kept */
+    starts &= starts - 1;               /* (bit 0: the block's start) */
     size_t x = b->base, i = *k;
     for (; starts && i < cap; starts &= starts - 1) {
         size_t y = b->base + (size_t)__builtin_ctzll(starts);
@@ -469,24 +461,67 @@ HOT size_t block_gpt2_all(const block_t *b, bs_span *out, size_t *k, size_t cap)
     return x;
 }
 
-/* The end of gpt2's match at p as the block's masks decide it, 0 if they do not (matches
- * are never empty): the run of the class of the ASCII byte at p + q (in the block; q is 1
- * after a space at p) from there (spaces: from p, a space too), ended by an ASCII byte in
- * the block.  *past is set when its end lies past the block. */
-HOT size_t block_gpt2(const block_t *b, const uint8_t *s, size_t p, size_t q, int *past) {
-    size_t off = p - b->base;
-    unsigned kind = KIND[s[p + q]];
-    uint64_t m = b->cls[kind] >> (off + q); /* bit 0 set: an ASCII byte is in its class */
-    size_t t = q + (size_t)__builtin_ctzll(~m);
-    if (off + t >= 64 || !((b->ascii >> (off + t)) & 1)) { /* non-ASCII (the run may go on), or past */
-        *past = off + t >= b->lim;
-        return 0;
-    }
-    if (kind == K_S && t >= 2) t--; /* \s+(?!\S): the run gives its last space back; \s+: one space */
-    return p + t;
+/* gpt2 over ASCII: a pretoken starts where a run of letters, digits or other characters
+ * starts, unless a space is before it (then at that space), and at the first and the last
+ * space of each run of spaces (\s+(?!\S) gives the last back, to the run after it or as a
+ * pretoken of its own).  A start at bit i depends on the bytes i-1..i+1 (bit 0 is the
+ * block's start, a pretoken's: no pattern looks behind), so the starts are exact before
+ * the first non-ASCII byte but one. */
+HOT size_t block_gpt2(const block_t *b, bs_span *out, size_t *k, size_t cap) {
+    uint64_t l = b->letter, d = b->digit, o = b->other, sp = b->space;
+    uint64_t runs = (l & ~(l << 1)) | (d & ~(d << 1)) | (o & ~(o << 1));
+    uint64_t starts = (runs & ~(b->blank << 1)) | (sp & ~(sp << 1)) | (sp & ~(sp >> 1));
+    unsigned hard = ~b->ascii ? (unsigned)__builtin_ctzll(~b->ascii) : 64;
+    return block_emit(b, starts, hard, b->apos, out, k, cap);
+}
+
+/* cl100k over ASCII but CR and LF (\s*[\r\n], [\r\n]*+ and \s++$ are the matcher's): a
+ * pretoken starts where a run of digits starts (each a run of at most three: a longer one
+ * stops the block there), at the first and the last space of each run of spaces, where a
+ * run of other characters starts unless a space is before it, and where a run of letters
+ * starts unless [^\r\n\p{L}\p{N}]?+ took the character before it: a space (the last of its
+ * run), or an other character that starts a pretoken (its run's first, no space before).
+ * A start depends on the bytes i-2..i+1. */
+HOT size_t block_cl100k(const block_t *b, bs_span *out, size_t *k, size_t cap) {
+    uint64_t l = b->letter, d = b->digit, o = b->other, sp = b->space, after_blank = b->blank << 1;
+    uint64_t other_starts = o & ~(o << 1) & ~after_blank;
+    uint64_t prefixed = (sp | other_starts) << 1;
+    uint64_t starts = (l & ~(l << 1) & ~prefixed) | (d & ~(d << 1)) | other_starts | (sp & ~(sp << 1)) |
+                      (sp & ~(sp >> 1));
+    uint64_t hard_bits = ~b->ascii | b->crlf;
+    unsigned hard = hard_bits ? (unsigned)__builtin_ctzll(hard_bits) : 64;
+    uint64_t four_digits = d & (d >> 1) & (d >> 2) & (d >> 3); /* (where a run of 4 or more starts) */
+    return block_emit(b, starts, hard, b->apos | four_digits, out, k, cap);
 }
 
 COLD size_t match_gpt2_cold(const uint8_t *s, size_t n, size_t p) { return match_gpt2(s, n, p); }
+COLD size_t match_cl100k_cold(const uint8_t *s, size_t n, size_t p) { return match_cl100k(s, n, p); }
+
+/* findall with blocks: a block from p when its first pretoken may be decided by the masks
+ * (`ascii_start`), its pretokens written at once; else, or when the block decides none,
+ * one pretoken from the matcher. */
+#define SCAN_BLOCKS(fill, block_all, match, ascii_start)               \
+    while (p < len && k < cap) {                                       \
+        if (ascii_start) {                                             \
+            block_t b;                                                 \
+            fill(&b, data, len, p);                                    \
+            size_t x = block_all(&b, out, &k, cap);                    \
+            if (x != p) {                                              \
+                p = x;                                                 \
+                continue;                                              \
+            }                                                          \
+        }                                                              \
+        if ((e = match(data, len, p)) == p) {                          \
+            p += at(data, len, p).len;                                 \
+            continue;                                                  \
+        }                                                              \
+        out[k].start = p, out[k].end = e, k++;                         \
+        p = e;                                                         \
+    }
+/* gpt2 and cl100k: the first byte (and the one after a space) is ASCII, not an apostrophe
+ * (cl100k: nor CR or LF) */
+#define GPT2_START (data[p] != '\'' && p + (data[p] == ' ') < len && data[p + (data[p] == ' ')] < 0x80)
+#define CL100K_START (GPT2_START && data[p] != '\r' && data[p] != '\n')
 #endif
 
 /* findall: a match is recorded and scanning goes on at its end; where none starts, one
@@ -507,34 +542,18 @@ ptrdiff_t bs_scan(int pattern, const uint8_t *data, size_t len, size_t *pos, bs_
     switch (pattern) {
     case BS_SCAN_GPT2:
 #ifdef BLOCKS
-        if (p < len) {
-            block_t b;
-            while (p < len && k < cap) {
-                /* a block from p when its first pretoken may be decided by the masks: c and
-                 * the byte after a space, if there is one, are ASCII, c is no apostrophe */
-                unsigned c = data[p];
-                size_t q = c == ' ';
-                if (c != '\'' && p + q < len && data[p + q] < 0x80) {
-                    block_fill(&b, data, len, p);
-                    size_t x = block_gpt2_all(&b, out, &k, cap);
-                    if (x != p) {
-                        p = x;
-                        continue;
-                    }
-                }
-                if ((e = match_gpt2_cold(data, len, p)) == p) {
-                    p += at(data, len, p).len;
-                    continue;
-                }
-                out[k].start = p, out[k].end = e, k++;
-                p = e;
-            }
-            break;
-        }
-#endif
+        SCAN_BLOCKS(block_fill_gpt2, block_gpt2, match_gpt2_cold, GPT2_START);
+#else
         SCAN_WITH(match_gpt2);
+#endif
         break;
-    case BS_SCAN_CL100K: SCAN_WITH(match_cl100k); break;
+    case BS_SCAN_CL100K:
+#ifdef BLOCKS
+        SCAN_BLOCKS(block_fill_cl100k, block_cl100k, match_cl100k_cold, CL100K_START);
+#else
+        SCAN_WITH(match_cl100k);
+#endif
+        break;
     case BS_SCAN_O200K: SCAN_WITH(match_o200k); break;
     case BS_SCAN_WHITESPACE: SCAN_WITH(match_whitespace); break;
     case BS_SCAN_WORDS: /* the spaces between matches are skipped in one run */
