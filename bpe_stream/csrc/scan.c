@@ -518,9 +518,18 @@ COLD size_t match_cl100k_cold(const uint8_t *s, size_t n, size_t p) { return mat
         out[k].start = p, out[k].end = e, k++;                         \
         p = e;                                                         \
     }
+/* Whether the 8 bytes from p are ASCII (or fewer are left): a block from p is worth its
+ * masks (for an ASCII character between non-ASCII ones it is not). */
+static inline int ascii_ahead(const uint8_t *data, size_t len, size_t p) {
+    uint64_t w;
+    if (len - p < 8) return 1;
+    memcpy(&w, data + p, 8);
+    return !(w & 0x8080808080808080ull);
+}
 /* gpt2 and cl100k: the first byte (and the one after a space) is ASCII, not an apostrophe
- * (cl100k: nor CR or LF) */
-#define GPT2_START (data[p] != '\'' && p + (data[p] == ' ') < len && data[p + (data[p] == ' ')] < 0x80)
+ * (cl100k: nor CR or LF), and so are a few more */
+#define GPT2_START                                                                                      \
+    (data[p] != '\'' && p + (data[p] == ' ') < len && data[p + (data[p] == ' ')] < 0x80 && ascii_ahead(data, len, p))
 #define CL100K_START (GPT2_START && data[p] != '\r' && data[p] != '\n')
 #endif
 
