@@ -51,11 +51,11 @@ def check_feed(data: bytes, name: str, max_bytes: int = 0) -> None:
 
 # What a run is made of, and what may end it: ASCII of each class, the spaces regex calls \s
 # and one it does not, contractions, and non-ASCII characters of each class right after it.
-RUNS = ["a", "Z", "7", ".", "'", " ", "\n", "\t", "\r\n"]
+RUNS = ["a", "Z", "7", ".", "'", " ", "\n", "\t", "\r\n", "aB", "ABc"]  # (o200k cuts letters by case)
 BREAKS = [
     "", " ", "  ", " a", " 1", " .", "\n", "\n\n", " \n", "'s", "'LL", "'x", "''", "é", "\xa0", "\u2003", "²", "٣",
     "—", "“", "\u0301", "中", "😀", "\x1c", "\x00", "\x7f", "a", "1", ";", "\r", "\r\n", " \r\n", "\t", "\ta", "(a",
-    "((a", " (a", "1234", "12345678", ".\n", "\x0ba",
+    "((a", " (a", "1234", "12345678", ".\n", "\x0ba", "aB", "Ab", "ABc", "/", "/\n",
 ]
 INVALID = [b"\xff", b"\x80", b"\xc3", b"\xe2\x82", b"\xed\xa0\x80"]
 

@@ -394,6 +394,7 @@ typedef struct {
     uint64_t ascii;                     /* ASCII bytes (none past the end) */
     uint64_t letter, digit, other, space; /* ASCII \p{L}, \p{N}, [^\s\p{L}\p{N}], \s */
     uint64_t blank, apos, crlf;         /* ' ', '\'', and CR or LF */
+    uint64_t upper;                     /* [A-Z] (o200k's) */
 } block_t;
 
 /* Byte by byte where x - lo (wrapping) <= span: x in [lo, lo+span] (lo+span < 0x80). */
@@ -404,8 +405,9 @@ static inline __m128i in_range(__m128i x, int lo, int span) {
 
 static inline uint64_t bits16(__m128i m, int j) { return (uint64_t)(uint16_t)_mm_movemask_epi8(m) << (16 * j); }
 
-/* The block of data[base:], base < n (its CR and LF if with_crlf, else none). */
-HOT void block_masks(block_t *b, const uint8_t *s, size_t n, size_t base, int with_crlf) {
+/* The block of data[base:], base < n (its CR and LF if with_crlf, its capitals if
+ * with_upper, else none). */
+HOT void block_masks(block_t *b, const uint8_t *s, size_t n, size_t base, int with_crlf, int with_upper) {
     uint8_t pad[64];
     const uint8_t *src = s + base;
     size_t lim = n - base < 64 ? n - base : 64;
@@ -414,7 +416,7 @@ HOT void block_masks(block_t *b, const uint8_t *s, size_t n, size_t base, int wi
         memcpy(pad, src, lim);
         src = pad;
     }
-    uint64_t a = 0, l = 0, d = 0, sp = 0, bl = 0, ap = 0, nl = 0;
+    uint64_t a = 0, l = 0, d = 0, sp = 0, bl = 0, ap = 0, nl = 0, up = 0;
     for (int j = 0; j < 4; j++) {
         __m128i x = _mm_loadu_si128((const __m128i *)(const void *)(src + 16 * j));
         __m128i lx = _mm_or_si128(x, _mm_set1_epi8(0x20));
@@ -425,17 +427,19 @@ HOT void block_masks(block_t *b, const uint8_t *s, size_t n, size_t base, int wi
         sp |= bits16(_mm_or_si128(in_range(x, 0x09, 0x0D - 0x09), blank), j);
         bl |= bits16(blank, j);
         ap |= bits16(_mm_cmpeq_epi8(x, _mm_set1_epi8('\'')), j);
+        if (with_upper) up |= bits16(in_range(x, 'A', 'Z' - 'A'), j);
         if (with_crlf)
             nl |= bits16(_mm_or_si128(_mm_cmpeq_epi8(x, _mm_set1_epi8('\r')), _mm_cmpeq_epi8(x, _mm_set1_epi8('\n'))), j);
     }
     if (lim < 64) a &= (1ull << lim) - 1; /* (the zeros past the end are in no class but other) */
     b->base = base, b->ascii = a;
     b->letter = l, b->digit = d, b->other = a & ~(l | d | sp), b->space = sp;
-    b->blank = bl, b->apos = ap, b->crlf = nl;
+    b->blank = bl, b->apos = ap, b->crlf = nl, b->upper = up;
 }
 
-COLD void block_fill_gpt2(block_t *b, const uint8_t *s, size_t n, size_t base) { block_masks(b, s, n, base, 0); }
-COLD void block_fill_cl100k(block_t *b, const uint8_t *s, size_t n, size_t base) { block_masks(b, s, n, base, 1); }
+COLD void block_fill_gpt2(block_t *b, const uint8_t *s, size_t n, size_t base) { block_masks(b, s, n, base, 0, 0); }
+COLD void block_fill_cl100k(block_t *b, const uint8_t *s, size_t n, size_t base) { block_masks(b, s, n, base, 1, 0); }
+COLD void block_fill_o200k(block_t *b, const uint8_t *s, size_t n, size_t base) { block_masks(b, s, n, base, 1, 1); }
 
 /* Writes the pretokens of a block that starts at one, from the bits where they start:
  * those before `hard` (the first byte the starts do not see right, 64 for none) are exact
@@ -482,18 +486,35 @@ HOT size_t block_gpt2(const block_t *b, bs_span *out, size_t *k, size_t cap) {
  * starts unless [^\r\n\p{L}\p{N}]?+ took the character before it: a space (the last of its
  * run), or an other character that starts a pretoken (its run's first, no space before).
  * A start depends on the bytes i-2..i+1. */
-HOT size_t block_cl100k(const block_t *b, bs_span *out, size_t *k, size_t cap) {
+HOT uint64_t cl100k_starts(const block_t *b) {
     uint64_t l = b->letter, d = b->digit, o = b->other, sp = b->space, after_blank = b->blank << 1;
     uint64_t other_starts = o & ~(o << 1) & ~after_blank;
     uint64_t prefixed = (sp | other_starts) << 1;
-    uint64_t starts = (l & ~(l << 1) & ~prefixed) | (d & ~(d << 1)) | other_starts | (sp & ~(sp << 1)) |
-                      (sp & ~(sp >> 1));
+    return (l & ~(l << 1) & ~prefixed) | (d & ~(d << 1)) | other_starts | (sp & ~(sp << 1)) | (sp & ~(sp >> 1));
+}
+
+HOT size_t block_cl100k(const block_t *b, bs_span *out, size_t *k, size_t cap) {
+    uint64_t d = b->digit, starts = cl100k_starts(b);
     uint64_t hard_bits = ~b->ascii | b->crlf;
     unsigned hard = hard_bits ? (unsigned)__builtin_ctzll(hard_bits) : 64;
     uint64_t four_digits = d & (d >> 1) & (d >> 2) & (d >> 3); /* (where a run of 4 or more starts) */
     return block_emit(b, starts, hard, b->apos | four_digits, out, k, cap);
 }
 
+/* o200k over ASCII but CR, LF and the apostrophe (\s*[\r\n]+, [\r\n/]*, the contraction
+ * after the letters are the matcher's): cl100k's starts -- its optional prefix takes the
+ * same characters before letters, its other runs end where cl100k's do -- and a capital
+ * after a small letter (a run of letters is cut into [A-Z]*[a-z]+ and [A-Z]+[a-z]*). */
+HOT size_t block_o200k(const block_t *b, bs_span *out, size_t *k, size_t cap) {
+    uint64_t d = b->digit, lower = b->letter & ~b->upper;
+    uint64_t starts = cl100k_starts(b) | (b->upper & (lower << 1));
+    uint64_t hard_bits = ~b->ascii | b->crlf | b->apos;
+    unsigned hard = hard_bits ? (unsigned)__builtin_ctzll(hard_bits) : 64;
+    uint64_t four_digits = d & (d >> 1) & (d >> 2) & (d >> 3);
+    return block_emit(b, starts, hard, four_digits, out, k, cap);
+}
+
+COLD size_t match_o200k_cold(const uint8_t *s, size_t n, size_t p) { return match_o200k(s, n, p); }
 COLD size_t match_gpt2_cold(const uint8_t *s, size_t n, size_t p) { return match_gpt2(s, n, p); }
 COLD size_t match_cl100k_cold(const uint8_t *s, size_t n, size_t p) { return match_cl100k(s, n, p); }
 
@@ -526,8 +547,8 @@ static inline int ascii_ahead(const uint8_t *data, size_t len, size_t p) {
     memcpy(&w, data + p, 8);
     return !(w & 0x8080808080808080ull);
 }
-/* gpt2 and cl100k: the first byte (and the one after a space) is ASCII, not an apostrophe
- * (cl100k: nor CR or LF), and so are a few more */
+/* gpt2, cl100k and o200k: the first byte (and the one after a space) is ASCII, not an
+ * apostrophe (cl100k, o200k: nor CR or LF), and so are a few more */
 #define GPT2_START                                                                                      \
     (data[p] != '\'' && p + (data[p] == ' ') < len && data[p + (data[p] == ' ')] < 0x80 && ascii_ahead(data, len, p))
 #define CL100K_START (GPT2_START && data[p] != '\r' && data[p] != '\n')
@@ -563,7 +584,13 @@ ptrdiff_t bs_scan(int pattern, const uint8_t *data, size_t len, size_t *pos, bs_
         SCAN_WITH(match_cl100k);
 #endif
         break;
-    case BS_SCAN_O200K: SCAN_WITH(match_o200k); break;
+    case BS_SCAN_O200K:
+#ifdef BLOCKS
+        SCAN_BLOCKS(block_fill_o200k, block_o200k, match_o200k_cold, CL100K_START);
+#else
+        SCAN_WITH(match_o200k);
+#endif
+        break;
     case BS_SCAN_WHITESPACE: SCAN_WITH(match_whitespace); break;
     case BS_SCAN_WORDS: /* the spaces between matches are skipped in one run */
         while (k < cap && (e = match_words(data, len, &p)) != p) out[k].start = p, out[k].end = e, k++, p = e;
