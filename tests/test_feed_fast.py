@@ -15,12 +15,17 @@ boundaries and at the end of the text.
 
 from __future__ import annotations
 
+import os
+import shutil
+import struct
+import subprocess
 from collections import Counter
+from pathlib import Path
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from scanner_inputs import NAMES, reference
+from scanner_inputs import NAMES, corpus_slices, reference
 
 from bpe_stream import count_table
 from bpe_stream import scan as scan_mod
@@ -126,3 +131,66 @@ def test_feed_of_more_pretokens_than_a_batch_with_long_ones_among_them(name):
     data = " ".join(words).encode() + "\n\n é".encode()
     for max_bytes in (0, 4, 8, 20):
         check_feed(data, name, max_bytes)
+
+
+# -- the portable scanner (no blocks) against the one with blocks ------------------------------
+DRIVER = r"""
+#include "scan.h"
+#include <stdio.h>
+#include <stdlib.h>
+/* stdin: records (u32 length, little-endian, then the bytes); argv[1]: a pattern.  stdout:
+ * for each record its spans, "start end" a line, then a line "-". */
+int main(int argc, char **argv) {
+    int pattern = bs_scan_pattern_by_name(argv[1]);
+    unsigned char head[4];
+    bs_span spans[100];
+    while (fread(head, 1, 4, stdin) == 4) {
+        size_t len = head[0] | head[1] << 8 | head[2] << 16 | (size_t)head[3] << 24, pos = 0;
+        unsigned char *data = malloc(len ? len : 1);
+        if (fread(data, 1, len, stdin) != len) return 2;
+        ptrdiff_t got;
+        while ((got = bs_scan(pattern, data, len, &pos, spans, 100)) > 0)
+            for (ptrdiff_t i = 0; i < got; i++) printf("%zu %zu\n", spans[i].start, spans[i].end);
+        if (got < 0) return 3;
+        printf("-\n");
+        free(data);
+    }
+    return 0;
+}
+"""
+
+
+def portable_records() -> list:
+    records = []
+    for run in RUNS:
+        for k in (0, 1, 2, 7, 8, 9, 15, 16, 17, 31, 32, 33, 62, 63, 64, 65, 66, 127, 128, 129):
+            for brk in BREAKS:
+                records.append((" " + run * k + brk + "q").encode())
+            records.extend(run.encode() * k + bad for bad in INVALID)
+    for _label, data in corpus_slices():
+        records.append(data[: 1 << 17])
+    return records
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_the_portable_scanner_finds_what_the_block_scanner_finds(tmp_path, name):
+    # scan.c built twice, with and without BS_SCAN_NO_SIMD (the path of a build without SSE2):
+    # each against regex on the same records
+    cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
+    if not cc:
+        pytest.skip("no C compiler")
+    csrc = Path(__file__).resolve().parent.parent / "bpe_stream" / "csrc"
+    (tmp_path / "driver.c").write_text(DRIVER)
+    records = portable_records()
+    feed = b"".join(struct.pack("<I", len(r)) + r for r in records)
+    for flags in ([], ["-DBS_SCAN_NO_SIMD"]):
+        exe = tmp_path / ("scan" + "".join(flags))
+        subprocess.run([cc, "-O2", *flags, f"-I{csrc}", str(tmp_path / "driver.c"), str(csrc / "scan.c"), "-o", str(exe)],
+                       check=True)
+        out = subprocess.run([str(exe), name], input=feed, capture_output=True, check=True).stdout.decode()
+        chunks = out.split("-\n")
+        assert len(chunks) == len(records) + 1 and chunks[-1] == ""
+        for data, chunk in zip(records, chunks):
+            spans = [tuple(map(int, line.split())) for line in chunk.splitlines()]
+            got = [data[s:e] for s, e in spans]
+            assert got == reference(data, name), (flags, name, data[:200])
