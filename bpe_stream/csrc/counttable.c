@@ -82,6 +82,19 @@ static inline uint64_t load_head_readable(const uint8_t *p, size_t n) {
 #endif
 }
 
+/* load_head_readable of a key of at least 1 byte: the mask from a table. */
+static const uint64_t HEAD_MASK[9] = {0, 0xffull, 0xffffull, 0xffffffull, 0xffffffffull, 0xffffffffffull,
+                                      0xffffffffffffull, 0xffffffffffffffull, ~0ull};
+static inline uint64_t load_head_nonempty(const uint8_t *p, size_t n) {
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    uint64_t w;
+    memcpy(&w, p, 8);
+    return w & HEAD_MASK[n < 8 ? n : 8];
+#else
+    return load_head(p, n);
+#endif
+}
+
 /* 8 bytes in the machine's order: hashed and compared, never ordered. */
 static inline uint64_t load64(const uint8_t *p) {
     uint64_t w;
@@ -117,6 +130,14 @@ HOT uint64_t hash_key(const uint8_t *p, size_t n, uint64_t head) {
     size_t i = 0;
     for (; n - i > 16; i += 16) seed = mum(load64(p + i) ^ K2, load64(p + i + 8) ^ seed);
     return mum(load64(p + n - 16) ^ K0, load64(p + n - 8) ^ seed);
+}
+
+/* hash_key of a key of up to 16 bytes where 8 bytes from p may be read, without a branch on the length
+ * (a key up to 8 bytes hashes its head with a zero word, as hash_key does). */
+HOT uint64_t hash_key_readable(const uint8_t *p, size_t n, uint64_t head) {
+    uint64_t longer = 0 - (uint64_t)(n > 8);
+    uint64_t last = load64(p + (n & (size_t)longer) - (8 & (size_t)longer)) & longer;
+    return mum(head ^ K0, last ^ ((uint64_t)n ^ K1));
 }
 
 /* Whether two keys of len > 8 bytes whose first 8 agree are the same: word by word, the
@@ -276,7 +297,7 @@ int bs_ct_add(bs_counttable *t, const uint8_t *key, size_t len, uint64_t n) {
  * often is (the slots are at most half full), found with one read and no tag compared. */
 HOT void prefetch_entry(const bs_counttable *t, uint64_t hash) {
     uint64_t s = t->slots[first_slot(t, hash)];
-    if (s) PREFETCH(&t->entries[(uint32_t)s - 1]);
+    PREFETCH(&t->entries[(uint32_t)s - (s != 0)]); /* (an empty slot: the first entry, no branch) */
 }
 /* Up to SPAN_BATCH keys to add, hashed, their slots prefetched (batch_put), then added
  * with their entries prefetched a few keys ahead (add_keys): feed's pretokens and a
@@ -308,26 +329,117 @@ static int add_keys(bs_counttable *t, const key_batch *b, size_t count, uint64_t
     return BS_CT_OK;
 }
 
-static int add_spans(bs_counttable *t, const uint8_t *data, size_t data_len, const bs_span *spans, size_t count,
-                     uint64_t *counted) {
-    key_batch b;
-    for (size_t k = 0; k < count; k++) {
-        const uint8_t *key = data + spans[k].start;
-        size_t len = spans[k].end - spans[k].start;
-        batch_put(t, &b, k, key, len, data_len - spans[k].start >= 8 ? load_head_readable(key, len) : load_head(key, len), 1);
+/* Feed's keys, each counted once: the same two passes as add_keys, leaner.  The first
+ * pass hashes the spans and prefetches their slots; the second probes, a few keys ahead
+ * prefetching the entry of each key's first slot.  A key found adds 1 to its entry, and the
+ * batch's found keys to the total at the end (the batch fits: checked before it starts). */
+typedef struct {
+    uint64_t head[SPAN_BATCH], hash[SPAN_BATCH];
+} span_hashes;
+
+/* The count of an entry already found; the first slot's entry, or the new one of a key not
+ * in the table.  Returns 1 for found, 0 for a new entry, or an error. */
+HOT int add_once(bs_counttable *t, const uint8_t *key, size_t len, uint64_t head, uint64_t hash) {
+    uint64_t tag = slot_tag(hash);
+    const uint64_t *slots = t->slots;
+    size_t mask = t->mask, i = home(hash, mask);
+    for (uint64_t s; (s = slots[i]) != 0; i = (i + 1) & mask) {
+        if ((s & 0xffffffff00000000ull) != tag) continue;
+        entry_t *e = &t->entries[(uint32_t)s - 1];
+        if (same_key(t, e, key, len, head)) {
+            e->count++; /* <= total + the batch, which does not overflow */
+            return 1;
+        }
     }
-    return add_keys(t, &b, count, counted);
+    return insert_new(t, key, len, head, hash, 1, i);
 }
 
+/* Counts spans[0:count) of data (each at most max_bytes long, if max_bytes); *counted is
+ * raised by how many were counted, also when one fails. */
+static int add_spans(bs_counttable *t, const uint8_t *data, size_t data_len, const bs_span *spans, size_t count,
+                     uint64_t *counted) {
+    if (count == 0) return BS_CT_OK;
+    if ((uint64_t)count > UINT64_MAX - t->total) { /* near the limit: one key at a time, each checked */
+        key_batch b;
+        for (size_t k = 0; k < count; k++) {
+            const uint8_t *key = data + spans[k].start;
+            size_t len = spans[k].end - spans[k].start;
+            batch_put(t, &b, k, key, len, load_head(key, len), 1);
+        }
+        return add_keys(t, &b, count, counted);
+    }
+    span_hashes h;
+    if (data_len >= 8 && spans[count - 1].start <= data_len - 8) {
+        /* 8 bytes can be read from every key's start (the spans are in order): its head
+         * is one load and a mask, its hash (up to 16 bytes) without a branch on its length */
+        for (size_t k = 0; k < count; k++) {
+            size_t start = spans[k].start, len = spans[k].end - start;
+            const uint8_t *key = data + start;
+            uint64_t head = load_head_nonempty(key, len);
+            uint64_t hash = len > 16 ? hash_key(key, len, head) : hash_key_readable(key, len, head);
+            h.head[k] = head;
+            h.hash[k] = hash;
+            PREFETCH(&t->slots[first_slot(t, hash)]);
+        }
+    } else {
+        for (size_t k = 0; k < count; k++) {
+            size_t start = spans[k].start, len = spans[k].end - start;
+            const uint8_t *key = data + start;
+            uint64_t head = load_head(key, len);
+            uint64_t hash = hash_key(key, len, head);
+            h.head[k] = head;
+            h.hash[k] = hash;
+            PREFETCH(&t->slots[first_slot(t, hash)]);
+        }
+    }
+    uint64_t found = 0;
+    int rc = BS_CT_OK;
+    size_t k = 0;
+    for (; k < count; k++) {
+        if (k + ENTRY_AHEAD < count) prefetch_entry(t, h.hash[k + ENTRY_AHEAD]);
+        rc = add_once(t, data + spans[k].start, spans[k].end - spans[k].start, h.head[k], h.hash[k]);
+        if (rc < 0) break;
+        found += (uint64_t)rc;
+        rc = BS_CT_OK;
+    }
+    t->total += found;
+    *counted += k;
+    return rc;
+}
+
+/* Counts the pieces of the pretoken data[start:end) longer than max_bytes, one by one. */
+COLD int add_pieces(bs_counttable *t, const uint8_t *data, size_t start, size_t end, size_t max_bytes,
+                    uint64_t *counted) {
+    while (start < end) {
+        size_t e = bs_piece_end(data, start, end, max_bytes);
+        int rc = bs_ct_add(t, data + start, e - start, 1);
+        if (rc != BS_CT_OK) return rc;
+        ++*counted;
+        start = e;
+    }
+    return BS_CT_OK;
+}
+
+/* bs_scan_pieces's pieces, found here: the spans of a batch are counted up to a pretoken
+ * longer than the cap, then its pieces, then the rest (the same keys in the same order). */
 int bs_ct_feed(bs_counttable *t, int pattern, size_t max_bytes, const uint8_t *data, size_t len, uint64_t *pretokens) {
     bs_span spans[SPAN_BATCH];
-    size_t pos = 0, rest = 0;
+    size_t pos = 0;
     uint64_t counted = 0;
     ptrdiff_t got;
     int rc = BS_CT_OK;
     if (!bs_scan_pattern_name(pattern)) rc = BS_CT_EPATTERN;
-    while (rc == BS_CT_OK && (got = bs_scan_pieces(pattern, max_bytes, data, len, &pos, &rest, spans, SPAN_BATCH)) > 0)
-        rc = add_spans(t, data, len, spans, (size_t)got, &counted);
+    while (rc == BS_CT_OK && (got = bs_scan(pattern, data, len, &pos, spans, SPAN_BATCH)) > 0) {
+        size_t done = 0, n = (size_t)got;
+        for (size_t i = 0; max_bytes && rc == BS_CT_OK; i++) {
+            while (i < n && spans[i].end - spans[i].start <= max_bytes) i++;
+            if (i == n) break;
+            if ((rc = add_spans(t, data, len, spans + done, i - done, &counted)) == BS_CT_OK)
+                rc = add_pieces(t, data, spans[i].start, spans[i].end, max_bytes, &counted);
+            done = i + 1;
+        }
+        if (rc == BS_CT_OK) rc = add_spans(t, data, len, spans + done, n - done, &counted);
+    }
     if (pretokens) *pretokens = counted;
     return rc;
 }

@@ -379,6 +379,181 @@ HOT size_t match_words(const uint8_t *s, size_t n, size_t *p) {
     return run(s, n, *p, NOT_SPACE);
 }
 
+/* 64 bytes at a time (SSE2, with GCC or Clang builtins; BS_SCAN_NO_SIMD turns it off): the
+ * ASCII classes of a block of the text as bit masks, bit i for byte base+i, from which the
+ * pretokens of gpt2 and cl100k over ASCII are found all at once, as the bits where they
+ * start; what the masks do not decide (a contraction, non-ASCII, cl100k's CR and LF,
+ * digits past three) is left to the matchers.  The ASCII members of the classes are
+ * spelled out as byte ranges, as for SWAR above. */
+#if defined(__SSE2__) && (defined(__GNUC__) || defined(__clang__)) && !defined(BS_SCAN_NO_SIMD)
+#define BLOCKS 1
+#include <emmintrin.h>
+
+typedef struct {
+    size_t base;                        /* the block is data[base:base+64), or to the end */
+    uint64_t ascii;                     /* ASCII bytes (none past the end) */
+    uint64_t letter, digit, other, space; /* ASCII \p{L}, \p{N}, [^\s\p{L}\p{N}], \s */
+    uint64_t blank, apos, crlf;         /* ' ', '\'', and CR or LF */
+    uint64_t upper;                     /* [A-Z] (o200k's) */
+} block_t;
+
+/* Byte by byte where x - lo (wrapping) <= span: x in [lo, lo+span] (lo+span < 0x80). */
+static inline __m128i in_range(__m128i x, int lo, int span) {
+    __m128i t = _mm_sub_epi8(x, _mm_set1_epi8((char)lo));
+    return _mm_cmpeq_epi8(_mm_min_epu8(t, _mm_set1_epi8((char)span)), t);
+}
+
+static inline uint64_t bits16(__m128i m, int j) { return (uint64_t)(uint16_t)_mm_movemask_epi8(m) << (16 * j); }
+
+/* The block of data[base:], base < n (its CR and LF if with_crlf, its capitals if
+ * with_upper, else none). */
+HOT void block_masks(block_t *b, const uint8_t *s, size_t n, size_t base, int with_crlf, int with_upper) {
+    uint8_t pad[64];
+    const uint8_t *src = s + base;
+    size_t lim = n - base < 64 ? n - base : 64;
+    if (lim < 64) { /* the end of the text: the bytes past it count as non-ASCII */
+        memset(pad, 0, sizeof pad);
+        memcpy(pad, src, lim);
+        src = pad;
+    }
+    uint64_t a = 0, l = 0, d = 0, sp = 0, bl = 0, ap = 0, nl = 0, up = 0;
+    for (int j = 0; j < 4; j++) {
+        __m128i x = _mm_loadu_si128((const __m128i *)(const void *)(src + 16 * j));
+        __m128i lx = _mm_or_si128(x, _mm_set1_epi8(0x20));
+        __m128i blank = _mm_cmpeq_epi8(x, _mm_set1_epi8(' '));
+        a |= (uint64_t)(uint16_t)~_mm_movemask_epi8(x) << (16 * j);
+        l |= bits16(in_range(lx, 'a', 'z' - 'a'), j);
+        d |= bits16(in_range(x, '0', 9), j);
+        sp |= bits16(_mm_or_si128(in_range(x, 0x09, 0x0D - 0x09), blank), j);
+        bl |= bits16(blank, j);
+        ap |= bits16(_mm_cmpeq_epi8(x, _mm_set1_epi8('\'')), j);
+        if (with_upper) up |= bits16(in_range(x, 'A', 'Z' - 'A'), j);
+        if (with_crlf)
+            nl |= bits16(_mm_or_si128(_mm_cmpeq_epi8(x, _mm_set1_epi8('\r')), _mm_cmpeq_epi8(x, _mm_set1_epi8('\n'))), j);
+    }
+    if (lim < 64) a &= (1ull << lim) - 1; /* (the zeros past the end are in no class but other) */
+    b->base = base, b->ascii = a;
+    b->letter = l, b->digit = d, b->other = a & ~(l | d | sp), b->space = sp;
+    b->blank = bl, b->apos = ap, b->crlf = nl, b->upper = up;
+}
+
+COLD void block_fill_gpt2(block_t *b, const uint8_t *s, size_t n, size_t base) { block_masks(b, s, n, base, 0, 0); }
+COLD void block_fill_cl100k(block_t *b, const uint8_t *s, size_t n, size_t base) { block_masks(b, s, n, base, 1, 0); }
+COLD void block_fill_o200k(block_t *b, const uint8_t *s, size_t n, size_t base) { block_masks(b, s, n, base, 1, 1); }
+
+/* Writes the pretokens of a block that starts at one, from the bits where they start:
+ * those before `hard` (the first byte the starts do not see right, 64 for none) are exact
+ * but the last, a start at a space (the last of its run, whose end lies past it), and a
+ * pretoken is written when the next start is exact.  A start in `stop` (an apostrophe:
+ * maybe a contraction) is the last.  Writes up to cap spans into out from *k; returns
+ * where the first pretoken not written starts (the block's start: none was). */
+HOT size_t block_emit(const block_t *b, uint64_t starts, unsigned hard, uint64_t stop, bs_span *out, size_t *k,
+                      size_t cap) {
+    if (hard == 0) return b->base;
+    uint64_t last = 1ull << (hard - 1);
+    starts &= (last - 1) | (last & ~b->space); /* exact: bits 0..hard-2, and hard-1 unless a space */
+    uint64_t cut = starts & stop;
+    if (cut) starts &= cut ^ (cut - 1); /* up to the first stop, that one kept */
+    starts &= starts - 1;               /* (bit 0: the block's start) */
+    size_t x = b->base, i = *k;
+    for (; starts && i < cap; starts &= starts - 1) {
+        size_t y = b->base + (size_t)__builtin_ctzll(starts);
+        out[i].start = x, out[i].end = y, i++;
+        x = y;
+    }
+    *k = i;
+    return x;
+}
+
+/* gpt2 over ASCII: a pretoken starts where a run of letters, digits or other characters
+ * starts, unless a space is before it (then at that space), and at the first and the last
+ * space of each run of spaces (\s+(?!\S) gives the last back, to the run after it or as a
+ * pretoken of its own).  A start at bit i depends on the bytes i-1..i+1 (bit 0 is the
+ * block's start, a pretoken's: no pattern looks behind), so the starts are exact before
+ * the first non-ASCII byte but one. */
+HOT size_t block_gpt2(const block_t *b, bs_span *out, size_t *k, size_t cap) {
+    uint64_t l = b->letter, d = b->digit, o = b->other, sp = b->space;
+    uint64_t runs = (l & ~(l << 1)) | (d & ~(d << 1)) | (o & ~(o << 1));
+    uint64_t starts = (runs & ~(b->blank << 1)) | (sp & ~(sp << 1)) | (sp & ~(sp >> 1));
+    unsigned hard = ~b->ascii ? (unsigned)__builtin_ctzll(~b->ascii) : 64;
+    return block_emit(b, starts, hard, b->apos, out, k, cap);
+}
+
+/* cl100k over ASCII but CR and LF (\s*[\r\n], [\r\n]*+ and \s++$ are the matcher's): a
+ * pretoken starts where a run of digits starts (each a run of at most three: a longer one
+ * stops the block there), at the first and the last space of each run of spaces, where a
+ * run of other characters starts unless a space is before it, and where a run of letters
+ * starts unless [^\r\n\p{L}\p{N}]?+ took the character before it: a space (the last of its
+ * run), or an other character that starts a pretoken (its run's first, no space before).
+ * A start depends on the bytes i-2..i+1. */
+HOT uint64_t cl100k_starts(const block_t *b) {
+    uint64_t l = b->letter, d = b->digit, o = b->other, sp = b->space, after_blank = b->blank << 1;
+    uint64_t other_starts = o & ~(o << 1) & ~after_blank;
+    uint64_t prefixed = (sp | other_starts) << 1;
+    return (l & ~(l << 1) & ~prefixed) | (d & ~(d << 1)) | other_starts | (sp & ~(sp << 1)) | (sp & ~(sp >> 1));
+}
+
+HOT size_t block_cl100k(const block_t *b, bs_span *out, size_t *k, size_t cap) {
+    uint64_t d = b->digit, starts = cl100k_starts(b);
+    uint64_t hard_bits = ~b->ascii | b->crlf;
+    unsigned hard = hard_bits ? (unsigned)__builtin_ctzll(hard_bits) : 64;
+    uint64_t four_digits = d & (d >> 1) & (d >> 2) & (d >> 3); /* (where a run of 4 or more starts) */
+    return block_emit(b, starts, hard, b->apos | four_digits, out, k, cap);
+}
+
+/* o200k over ASCII but CR, LF and the apostrophe (\s*[\r\n]+, [\r\n/]*, the contraction
+ * after the letters are the matcher's): cl100k's starts -- its optional prefix takes the
+ * same characters before letters, its other runs end where cl100k's do -- and a capital
+ * after a small letter (a run of letters is cut into [A-Z]*[a-z]+ and [A-Z]+[a-z]*). */
+HOT size_t block_o200k(const block_t *b, bs_span *out, size_t *k, size_t cap) {
+    uint64_t d = b->digit, lower = b->letter & ~b->upper;
+    uint64_t starts = cl100k_starts(b) | (b->upper & (lower << 1));
+    uint64_t hard_bits = ~b->ascii | b->crlf | b->apos;
+    unsigned hard = hard_bits ? (unsigned)__builtin_ctzll(hard_bits) : 64;
+    uint64_t four_digits = d & (d >> 1) & (d >> 2) & (d >> 3);
+    return block_emit(b, starts, hard, four_digits, out, k, cap);
+}
+
+COLD size_t match_o200k_cold(const uint8_t *s, size_t n, size_t p) { return match_o200k(s, n, p); }
+COLD size_t match_gpt2_cold(const uint8_t *s, size_t n, size_t p) { return match_gpt2(s, n, p); }
+COLD size_t match_cl100k_cold(const uint8_t *s, size_t n, size_t p) { return match_cl100k(s, n, p); }
+
+/* findall with blocks: a block from p when its first pretoken may be decided by the masks
+ * (`ascii_start`), its pretokens written at once; else, or when the block decides none,
+ * one pretoken from the matcher. */
+#define SCAN_BLOCKS(fill, block_all, match, ascii_start)               \
+    while (p < len && k < cap) {                                       \
+        if (ascii_start) {                                             \
+            block_t b;                                                 \
+            fill(&b, data, len, p);                                    \
+            size_t x = block_all(&b, out, &k, cap);                    \
+            if (x != p) {                                              \
+                p = x;                                                 \
+                continue;                                              \
+            }                                                          \
+        }                                                              \
+        if ((e = match(data, len, p)) == p) {                          \
+            p += at(data, len, p).len;                                 \
+            continue;                                                  \
+        }                                                              \
+        out[k].start = p, out[k].end = e, k++;                         \
+        p = e;                                                         \
+    }
+/* Whether the 8 bytes from p are ASCII (or fewer are left): a block from p is worth its
+ * masks (for an ASCII character between non-ASCII ones it is not). */
+static inline int ascii_ahead(const uint8_t *data, size_t len, size_t p) {
+    uint64_t w;
+    if (len - p < 8) return 1;
+    memcpy(&w, data + p, 8);
+    return !(w & 0x8080808080808080ull);
+}
+/* gpt2, cl100k and o200k: the first byte (and the one after a space) is ASCII, not an
+ * apostrophe (cl100k, o200k: nor CR or LF), and so are a few more */
+#define GPT2_START                                                                                      \
+    (data[p] != '\'' && p + (data[p] == ' ') < len && data[p + (data[p] == ' ')] < 0x80 && ascii_ahead(data, len, p))
+#define CL100K_START (GPT2_START && data[p] != '\r' && data[p] != '\n')
+#endif
+
 /* findall: a match is recorded and scanning goes on at its end; where none starts, one
  * character further (all the patterns' matches are non-empty). */
 #define SCAN_WITH(match)                                        \
@@ -395,9 +570,27 @@ HOT size_t match_words(const uint8_t *s, size_t n, size_t *p) {
 ptrdiff_t bs_scan(int pattern, const uint8_t *data, size_t len, size_t *pos, bs_span *out, size_t cap) {
     size_t p = *pos, k = 0, e;
     switch (pattern) {
-    case BS_SCAN_GPT2: SCAN_WITH(match_gpt2); break;
-    case BS_SCAN_CL100K: SCAN_WITH(match_cl100k); break;
-    case BS_SCAN_O200K: SCAN_WITH(match_o200k); break;
+    case BS_SCAN_GPT2:
+#ifdef BLOCKS
+        SCAN_BLOCKS(block_fill_gpt2, block_gpt2, match_gpt2_cold, GPT2_START);
+#else
+        SCAN_WITH(match_gpt2);
+#endif
+        break;
+    case BS_SCAN_CL100K:
+#ifdef BLOCKS
+        SCAN_BLOCKS(block_fill_cl100k, block_cl100k, match_cl100k_cold, CL100K_START);
+#else
+        SCAN_WITH(match_cl100k);
+#endif
+        break;
+    case BS_SCAN_O200K:
+#ifdef BLOCKS
+        SCAN_BLOCKS(block_fill_o200k, block_o200k, match_o200k_cold, CL100K_START);
+#else
+        SCAN_WITH(match_o200k);
+#endif
+        break;
     case BS_SCAN_WHITESPACE: SCAN_WITH(match_whitespace); break;
     case BS_SCAN_WORDS: /* the spaces between matches are skipped in one run */
         while (k < cap && (e = match_words(data, len, &p)) != p) out[k].start = p, out[k].end = e, k++, p = e;
