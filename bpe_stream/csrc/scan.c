@@ -567,30 +567,19 @@ static inline int ascii_ahead(const uint8_t *data, size_t len, size_t p) {
         p = e;                                                  \
     }
 
+/* gpt2, cl100k and o200k: in blocks where they are built, else a match at a time. */
+#ifdef BLOCKS
+#define SCAN_FAST(fill, block_all, match, ascii_start) SCAN_BLOCKS(fill, block_all, match##_cold, ascii_start)
+#else
+#define SCAN_FAST(fill, block_all, match, ascii_start) SCAN_WITH(match)
+#endif
+
 ptrdiff_t bs_scan(int pattern, const uint8_t *data, size_t len, size_t *pos, bs_span *out, size_t cap) {
     size_t p = *pos, k = 0, e;
     switch (pattern) {
-    case BS_SCAN_GPT2:
-#ifdef BLOCKS
-        SCAN_BLOCKS(block_fill_gpt2, block_gpt2, match_gpt2_cold, GPT2_START);
-#else
-        SCAN_WITH(match_gpt2);
-#endif
-        break;
-    case BS_SCAN_CL100K:
-#ifdef BLOCKS
-        SCAN_BLOCKS(block_fill_cl100k, block_cl100k, match_cl100k_cold, CL100K_START);
-#else
-        SCAN_WITH(match_cl100k);
-#endif
-        break;
-    case BS_SCAN_O200K:
-#ifdef BLOCKS
-        SCAN_BLOCKS(block_fill_o200k, block_o200k, match_o200k_cold, CL100K_START);
-#else
-        SCAN_WITH(match_o200k);
-#endif
-        break;
+    case BS_SCAN_GPT2: SCAN_FAST(block_fill_gpt2, block_gpt2, match_gpt2, GPT2_START); break;
+    case BS_SCAN_CL100K: SCAN_FAST(block_fill_cl100k, block_cl100k, match_cl100k, CL100K_START); break;
+    case BS_SCAN_O200K: SCAN_FAST(block_fill_o200k, block_o200k, match_o200k, CL100K_START); break;
     case BS_SCAN_WHITESPACE: SCAN_WITH(match_whitespace); break;
     case BS_SCAN_WORDS: /* the spaces between matches are skipped in one run */
         while (k < cap && (e = match_words(data, len, &p)) != p) out[k].start = p, out[k].end = e, k++, p = e;
