@@ -91,6 +91,8 @@ DEFAULT_MAX_TOKEN_BYTES = 1 << 16
 # pretoken boundary and the pieces on either side pretokenize exactly as the whole.
 # cl100k/o200k let punctuation absorb following CR/LF, so only other spaces qualify.
 _CUT_ANY_SPACE = _Lazy(r"(?r)(?<=\S)\s")
+# words (\S+ alone) has no pretoken with a space in it: a cut before any space is safe.
+_CUT_BEFORE_SPACE = _Lazy(r"(?r)\s")
 _CUT_NOT_NEWLINE = _Lazy(r"(?r)(?<=\S)[^\S\r\n]")
 # Text with no such space (a base64 line, code without spaces) is cut where two non-space
 # characters of different families meet -- letters, numbers, the rest -- an apostrophe on
@@ -283,6 +285,9 @@ class Pretokenizer:
             return self._piece_cut(text, 0) if self.max_bytes else 0
         if self.is_custom:
             return self._custom_cut(text)
+        if self.name == "words":
+            m = _CUT_BEFORE_SPACE.search(text)
+            return m.start() if m else 0
         cutter = _CUT_NOT_NEWLINE if self.name in ("cl100k", "o200k") else _CUT_ANY_SPACE
         # A cut has a non-space before it, so none is in the spaces that end the text: the
         # searches start before them (``regex`` went through 8 MB of spaces in 0.5 s).
@@ -566,6 +571,7 @@ class StreamSplitter:
 _ASCII_SPACE = re.compile(rb"[^\t\n\v\f\r ][\t\n\v\f\r ]")
 _ASCII_SPACE_NOT_NEWLINE = re.compile(rb"[^\t\n\v\f\r ][\t\v\f ]")
 _NOT_ASCII_SPACE = re.compile(rb"[^\t\n\v\f\r ]")
+_ANY_ASCII_SPACE = re.compile(rb"[\t\n\v\f\r ]")
 # The characters ``regex``'s \s matches (the White_Space property, unchanged since Unicode
 # 6.3; tests/test_startup.py checks it against the installed ``regex``), so that finding
 # a cut in a file needs no ``regex``.
@@ -588,8 +594,16 @@ def find_byte_cut(data: bytes, start: int, pre: Pretokenizer, specials: Sequence
     >>> find_byte_cut(b"Hello<|a b|>world", 0, gpt2, [b"<|a b|>"])  # never inside a special token
     -1
     """
-    spaces = _ASCII_SPACE_NOT_NEWLINE if pre.name in ("cl100k", "o200k") else _ASCII_SPACE
     longest = max((len(s) for s in specials), default=0)
+    if pre.name == "words":  # (no pretoken holds a space: a cut before any space byte)
+        for m in _ANY_ASCII_SPACE.finditer(data, max(start, 4)):
+            p = m.start()
+            if longest and p + longest > len(data):
+                return -1
+            if not _straddled(data, p, specials, longest):
+                return p
+        return -1
+    spaces = _ASCII_SPACE_NOT_NEWLINE if pre.name in ("cl100k", "o200k") else _ASCII_SPACE
     for m in spaces.finditer(data, max(start, 4) - 1):
         p = m.start() + 1
         before = data[p - 4:p].decode("utf-8", "surrogateescape")[-1]

@@ -123,10 +123,11 @@ def test_file_ranges_of_a_long_run_without_a_cut_stay_bounded_with_a_cap(tmp_pat
 # Long runs with no cut that start after other text (not at a range's start): with a cap,
 # their pieces' boundaries still bound the ranges.  (Not bounded, as before: runs of a
 # non-ASCII space, which has no byte-level cut; cl100k/o200k runs whose matches change at a
-# newline inside; whitespace and words, whose spaces are pretokens or gaps of their own.)
+# newline inside; whitespace's CJK, after the space that is a pretoken of its own.)
 LONG_RUNS = {"spaces": b" " * 200_000, "tabs and newlines": b" \t\n" * 70_000, "CJK": "中文字符".encode() * 20_000}
 BOUNDED = [("gpt2", kind) for kind in LONG_RUNS] + [("cl100k", kind) for kind in LONG_RUNS] + [
-    ("o200k", "spaces"), ("o200k", "CJK"), ("whitespace", "spaces"), ("whitespace", "tabs and newlines")]
+    ("o200k", "spaces"), ("o200k", "CJK"), ("whitespace", "spaces"), ("whitespace", "tabs and newlines"),
+    ("words", "spaces"), ("words", "tabs and newlines")]
 
 
 @pytest.mark.parametrize("name, kind", BOUNDED)
