@@ -265,22 +265,31 @@ COLD int insert_new(bs_counttable *t, const uint8_t *key, size_t len, uint64_t h
     return BS_CT_OK;
 }
 
-/* bs_ct_add with the key's head and hash known: the probe inline, a new entry out of line. */
-HOT int add_hashed(bs_counttable *t, const uint8_t *key, size_t len, uint64_t head, uint64_t hash, uint64_t n) {
-    if (n > UINT64_MAX - t->total) return BS_CT_ELIMIT;
+/* The probe: the entry of the key whose head and hash are known, or NULL with *free_slot
+ * the empty slot where it would go. */
+static inline entry_t *find_entry(bs_counttable *t, const uint8_t *key, size_t len, uint64_t head, uint64_t hash,
+                                  size_t *free_slot) {
     uint64_t tag = slot_tag(hash);
     const uint64_t *slots = t->slots;
     size_t mask = t->mask, i = home(hash, mask);
     for (uint64_t s; (s = slots[i]) != 0; i = (i + 1) & mask) {
         if ((s & 0xffffffff00000000ull) != tag) continue;
         entry_t *e = &t->entries[(uint32_t)s - 1];
-        if (same_key(t, e, key, len, head)) {
-            e->count += n; /* <= total, which did not overflow */
-            t->total += n;
-            return BS_CT_OK;
-        }
+        if (same_key(t, e, key, len, head)) return e;
     }
-    return insert_new(t, key, len, head, hash, n, i);
+    *free_slot = i;
+    return NULL;
+}
+
+/* bs_ct_add with the key's head and hash known: the probe inline, a new entry out of line. */
+HOT int add_hashed(bs_counttable *t, const uint8_t *key, size_t len, uint64_t head, uint64_t hash, uint64_t n) {
+    if (n > UINT64_MAX - t->total) return BS_CT_ELIMIT;
+    size_t i;
+    entry_t *e = find_entry(t, key, len, head, hash, &i);
+    if (!e) return insert_new(t, key, len, head, hash, n, i);
+    e->count += n; /* <= total, which did not overflow */
+    t->total += n;
+    return BS_CT_OK;
 }
 
 int bs_ct_add(bs_counttable *t, const uint8_t *key, size_t len, uint64_t n) {
@@ -340,18 +349,11 @@ typedef struct {
 /* The count of an entry already found; the first slot's entry, or the new one of a key not
  * in the table.  Returns 1 for found, 0 for a new entry, or an error. */
 HOT int add_once(bs_counttable *t, const uint8_t *key, size_t len, uint64_t head, uint64_t hash) {
-    uint64_t tag = slot_tag(hash);
-    const uint64_t *slots = t->slots;
-    size_t mask = t->mask, i = home(hash, mask);
-    for (uint64_t s; (s = slots[i]) != 0; i = (i + 1) & mask) {
-        if ((s & 0xffffffff00000000ull) != tag) continue;
-        entry_t *e = &t->entries[(uint32_t)s - 1];
-        if (same_key(t, e, key, len, head)) {
-            e->count++; /* <= total + the batch, which does not overflow */
-            return 1;
-        }
-    }
-    return insert_new(t, key, len, head, hash, 1, i);
+    size_t i;
+    entry_t *e = find_entry(t, key, len, head, hash, &i);
+    if (!e) return insert_new(t, key, len, head, hash, 1, i);
+    e->count++; /* <= total + the batch, which does not overflow */
+    return 1;
 }
 
 /* Counts spans[0:count) of data (each at most max_bytes long, if max_bytes); *counted is
