@@ -551,6 +551,21 @@ static PyTypeObject EncoderType = {
 
 #define SPAN_BATCH 1024 /* spans per bs_scan call, on the stack */
 
+/* The bs_scan_pattern named `name`, checked with the pretokens' cap (at least 0), or -1
+ * with ValueError set. */
+static int pattern_and_cap(const char *name, Py_ssize_t max_bytes) {
+    if (max_bytes < 0) {
+        PyErr_SetString(PyExc_ValueError, "max_bytes must be at least 0 (0: no cap)");
+        return -1;
+    }
+    int pattern = bs_scan_pattern_by_name(name);
+    if (pattern == BS_SCAN_EPATTERN) {
+        PyErr_Format(PyExc_ValueError, "no native scanner for the pretokenizer '%s'", name);
+        return -1;
+    }
+    return pattern;
+}
+
 /* Parses the keyword arguments (data, pattern, max_bytes=0): a buffer, to be released, a
  * bs_scan_pattern and the pretokens' cap.  0 (an exception set, nothing to release) when
  * they do not parse. */
@@ -560,13 +575,7 @@ static int data_and_pattern(PyObject *args, PyObject *kwargs, const char *format
     const char *name;
     *max_bytes = 0;
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, format, keywords, buf, &name, max_bytes)) return 0;
-    if (*max_bytes < 0) {
-        PyErr_SetString(PyExc_ValueError, "max_bytes must be at least 0 (0: no cap)");
-        PyBuffer_Release(buf);
-        return 0;
-    }
-    if ((*pattern = bs_scan_pattern_by_name(name)) == BS_SCAN_EPATTERN) {
-        PyErr_Format(PyExc_ValueError, "no native scanner for the pretokenizer '%s'", name);
+    if ((*pattern = pattern_and_cap(name, *max_bytes)) < 0) {
         PyBuffer_Release(buf);
         return 0;
     }
@@ -695,18 +704,11 @@ static PyObject *table_feed_between(CountTableObject *self, PyObject *args, PyOb
                                      &PyList_Type, &tokens))
         return NULL;
     PyObject *result = NULL;
-    bs_specials *specials = bs_specials_new();
-    int pattern = bs_scan_pattern_by_name(name);
-    if (!specials) {
+    bs_specials *specials = NULL;
+    int pattern = pattern_and_cap(name, max_bytes);
+    if (pattern < 0) goto done;
+    if (!(specials = bs_specials_new())) {
         PyErr_NoMemory();
-        goto done;
-    }
-    if (max_bytes < 0) {
-        PyErr_SetString(PyExc_ValueError, "max_bytes must be at least 0 (0: no cap)");
-        goto done;
-    }
-    if (pattern == BS_SCAN_EPATTERN) {
-        PyErr_Format(PyExc_ValueError, "no native scanner for the pretokenizer '%s'", name);
         goto done;
     }
     for (Py_ssize_t k = 0; k < PyList_GET_SIZE(tokens); k++) {
