@@ -223,8 +223,8 @@ def count_bytes(data, settings: dict, partial: PartialCounts, table) -> None:
     safe points) into ``table`` (a ``CountTable``) and the specials and pretoken totals of
     ``partial``: special tokens split off in bytes (``CountTable.feed_between``), the
     stretches between them scanned and counted natively -- no Python object per pretoken."""
-    specials, name, cap = _special_bytes(tuple(settings["special_tokens"])), settings["pretokenizer"], \
-        settings.get("max_token_bytes") or 0
+    name, cap = settings["pretokenizer"], settings.get("max_token_bytes") or 0
+    specials = _special_bytes(tuple(settings["special_tokens"]))
     if not specials:
         partial.pretokens += table.feed(data, name, cap) if data else 0
         return
