@@ -4,8 +4,10 @@ The counting unit is engine-independent: :func:`count_range` turns a byte range 
 (cut at a safe point, see ``pretokenize.find_byte_cut``) and the counting settings into
 partial counts, and :func:`count_text` does the same for a piece of text.  The local
 pipeline (:func:`count_sources`) plans the ranges (``streaming.file_ranges``), runs the unit
-in worker processes (``--workers``) or on Dask, a bounded window of tasks in flight
-(``streaming.Window``), and merges the partial counts in order into an in-memory batch;
+on ``--workers`` threads (plain files with a named pretokenizer, whose scan and count are C
+without the GIL: :func:`count_range_shared`), worker processes (everything else) or Dask, a
+bounded window of tasks in flight (``streaming.Window``), and merges the partial counts in
+order into an in-memory batch;
 stdin, which cannot be split ahead, is cut by the parent (``streaming.text_pieces``) and the
 pieces are pretokenized by the workers.  Every result is the same for any number of
 workers and any range size: ranges and pieces end only where the pretokens of the parts
@@ -53,7 +55,7 @@ from typing import Callable, Iterable, List, Optional, Tuple, Union
 
 from .count_table import CountTable, merge_runs, merge_runs_packed, unpack_counts
 from .errors import SettingsError
-from .runner import LocalRunner
+from .runner import LocalRunner, ThreadRunner
 from .pretokenize import (
     Pretokenizer,
     SpecialSplitter,
@@ -353,6 +355,18 @@ def count_range_into(path: str, start: int, end: int, settings: dict, strict_utf
     partial = PartialCounts(bytes=len(data), counted=data)
     count_bytes(data, settings, partial, table)
     return partial
+
+
+def count_range_shared(path: str, start: int, end: int, settings: dict, strict_utf8: bool) -> PartialCounts:
+    """:func:`count_range` on a thread of the counting process (``runner.ThreadRunner``): the
+    counts packed as a run, as a worker process's, and in ``counted`` the range's bytes
+    themselves, which the parent compares with the bytes it hashes (as for
+    :func:`count_range_into`: no checksum on either side)."""
+    data = _read_range(path, start, end, strict_utf8)
+    partial = PartialCounts(bytes=len(data), counted=data)
+    table = CountTable()
+    count_bytes(data, settings, partial, table)
+    return _packed(partial, table)
 
 
 def count_data_piece(data: bytes, settings: dict, strict_utf8: bool, offset: int) -> PartialCounts:
@@ -688,9 +702,12 @@ def count_sources(
                 take(*result)
 
     if runner is None:
+        plain = all(not s.is_stdin and s.form is None for s in sources)
         # A pool costs more than it saves on input that is a single range.
-        small = all(not s.is_stdin and s.form is None for s in sources) and sum(s.size for s in sources) <= range_bytes
-        runner = LocalRunner(1 if small else workers)
+        n = 1 if plain and sum(s.size for s in sources) <= range_bytes else workers
+        # Plain files' ranges are counted in C without the GIL: on threads, with nothing sent
+        # between processes.  Custom patterns, documents and stdin are Python's work: processes.
+        runner = ThreadRunner(n) if n > 1 and plain and native_countable(settings) else LocalRunner(n)
     summary.workers = getattr(runner, "workers", workers)
     window = Window(runner)
     pre, specials = pretokenizer_of(settings), [t.encode("utf-8") for t in settings["special_tokens"]]
@@ -733,9 +750,13 @@ def count_sources(
                     partial = count_range_into(path, a, b, settings, strict_utf8, batch.table)
                     take((plan, a, b, i == len(ranges) - 1), partial, in_batch=True)
                 continue
+            shared = getattr(window.runner, "shares_memory", False)
             for i, (a, b) in enumerate(ranges):
-                args = (path, a, b, settings, strict_utf8, chunk_bytes, True, True)
-                for meta, partial in window.submit(count_range, args, (plan, a, b, i == len(ranges) - 1)):
+                if shared:
+                    unit, args = count_range_shared, (path, a, b, settings, strict_utf8)
+                else:
+                    unit, args = count_range, (path, a, b, settings, strict_utf8, chunk_bytes, True, True)
+                for meta, partial in window.submit(unit, args, (plan, a, b, i == len(ranges) - 1)):
                     take(meta, partial)
         for meta, partial in window.drain():
             take(meta, partial)

@@ -1,4 +1,5 @@
-"""Running units of work (counting a range, encoding a piece) on worker processes.
+"""Running units of work (counting a range, encoding a piece) on worker processes, or on
+threads of this process where the work is native code that releases the GIL.
 
 A runner only runs tasks (``start``, ``result``, ``cancel``, ``close``); which tasks are in
 flight and the order their results come back in are ``streaming.Window``'s.  One worker
@@ -12,6 +13,13 @@ Pool workers in the middle of a message -- each printed a traceback, and about o
 (the parent alone decides what an interrupt means), shares nothing with the other workers,
 and is stopped with SIGKILL when the parent is done or interrupted; all that is waited for
 then is the exit of a killed process.
+
+:class:`ThreadRunner` runs tasks on threads instead: for counting ranges of plain files,
+whose scan, count and sort are C without the GIL (``CountTable.feed``/``pack``).  The range's
+bytes, the counts and the run then stay in this process -- nothing is pickled or sent, and
+the parent checks the bytes a thread counted against the file with a memcmp instead of a
+checksum that both sides compute.  A thread finishes its range (milliseconds) when the count
+is interrupted, and a killed process leaves no worker behind.
 """
 
 from __future__ import annotations
@@ -189,3 +197,33 @@ class LocalRunner:
             if worker.pid > 0:
                 worker.stop()
         self._unsent.clear()
+
+
+class ThreadRunner:
+    """Runs tasks on ``workers`` threads of this process, each as soon as one is idle: the
+    methods of :class:`LocalRunner`, for tasks that spend their time in native code without
+    the GIL.  ``shares_memory``: a task's arguments and result are not copied (the counting
+    pipeline then picks the unit that hands back the bytes it counted)."""
+
+    inline = False
+    shares_memory = True
+
+    def __init__(self, workers: int):
+        from concurrent.futures import ThreadPoolExecutor
+
+        self.workers = workers
+        self._pool = ThreadPoolExecutor(workers, thread_name_prefix="bpe-stream-count")
+
+    def start(self, fn, args):
+        return self._pool.submit(fn, *args)
+
+    def result(self, future):
+        return future.result()
+
+    def cancel(self, futures: Iterable) -> None:
+        for future in futures:
+            future.cancel()
+
+    def close(self) -> None:
+        # the running tasks finish their range; the queued ones never start
+        self._pool.shutdown(wait=True, cancel_futures=True)

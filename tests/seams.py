@@ -50,7 +50,7 @@ comes, or until the file ``until`` exists):
   committed (``Store.add_batch`` returned), write PATH (whole, holding the process id) and wait;
 * ``pause_in_task``: ``{"function": "module.name", "n": N, "marker": PATH}``: the N-th call of
   that task function in a process (a worker's N-th task) writes PATH and waits there (before the
-  call; with ``"after": true``, after it returned);
+  call; with ``"after": true``, after it returned); on a counting thread, SIGINT ends the wait;
 * ``piece_chars``: encode pieces of that many bytes instead of 1 MiB (``encoding.PIECE_CHARS``).
 """
 
@@ -60,6 +60,7 @@ import json
 import os
 import signal
 import sys
+import threading
 import time
 from collections import Counter
 from contextlib import contextmanager
@@ -247,15 +248,32 @@ if "replace" in wanted:
     atomic._exchange = before("replace", atomic._exchange)
 
 # -- pauses after a batch and inside a worker's task ---------------------------------------
+# Set when SIGINT reaches the process: a counting thread paused by a seam goes on then, as
+# a real one would finish its range (only the main thread gets the KeyboardInterrupt).
+_interrupted = threading.Event()
+
+
+def _note_interrupt(signum, frame):
+    _interrupted.set()
+    signal.default_int_handler(signum, frame)
+
+
+signal.signal(signal.SIGINT, _note_interrupt)
+
+
 def wait_here(marker: str, until=None) -> None:
     """Announces the pause (MARKER appears whole, holding this process's id: two workers may
-    both get there) and waits for a signal, or until the file ``until`` exists."""
+    both get there) and waits for a signal, or until the file ``until`` exists (a thread
+    other than the main one: until the process is interrupted, too)."""
     tmp = f"{marker}.{os.getpid()}.tmp"
     with open(tmp, "w") as f:
         f.write(str(os.getpid()))
     os.rename(tmp, marker)
     deadline = time.monotonic() + HANG_TIMEOUT
+    in_thread = threading.current_thread() is not threading.main_thread()
     while until is None or not os.path.exists(until):
+        if in_thread and _interrupted.is_set():
+            return
         if time.monotonic() > deadline:
             sys.exit(f"seams: still paused at {marker} after {HANG_TIMEOUT} s; giving up")
         time.sleep(0.01)

@@ -34,7 +34,7 @@ from bpe_stream.counting import (
     make_settings,
     merge_counts,
 )
-from bpe_stream.pretokenize import Pretokenizer, SpecialSplitter
+from bpe_stream.pretokenize import GPT2_PATTERN, Pretokenizer, SpecialSplitter
 from bpe_stream.reader import InputError, Source, from_bytes, to_bytes
 from bpe_stream.store import Store
 
@@ -297,3 +297,39 @@ def test_corpus_slices_equal_the_plain_path(tmp_path, name):
 def _oracle(path: Path):
     counts, _ = oracle([path.read_bytes()])
     return dict(counts), sum(counts.values())
+
+
+def test_two_workers_count_plain_files_on_threads_and_other_inputs_on_processes(tmp_path, monkeypatch):
+    """Plain files with a named pretokenizer: ranges counted on threads of this process (their
+    C code runs without the GIL), with the stores of one worker.  A JSON Lines file among the
+    inputs (its records decoded in Python) or a ``regex:`` pattern: worker processes."""
+    import threading
+
+    text = (CORPORA / "en_100M.txt").read_bytes()[:400_000]
+    plain = tmp_path / "a.txt"
+    plain.write_bytes(text)
+    records = tmp_path / "b.jsonl"
+    records.write_text('{"text": "one two"}\n{"text": "three"}\n')
+    seen = []
+    real = counting.count_range_shared
+
+    def spy(*args):
+        seen.append(threading.current_thread().name)
+        return real(*args)
+
+    monkeypatch.setattr(counting, "count_range_shared", spy)
+
+    def count(store, paths, workers, name="gpt2"):
+        with Store.open(str(store), create=True) as st_:
+            return count_sources(st_, [Source.from_arg(str(p)) for p in paths], make_settings(name, ["<|endoftext|>"]),
+                                 workers=workers, range_bytes=64 << 10)
+
+    assert count(tmp_path / "one", [plain], 1).workers == 1 and seen == []
+    assert count(tmp_path / "two", [plain], 2).workers == 2
+    assert len(seen) >= 6 and all(name.startswith("bpe-stream-count") for name in seen), seen
+    assert _store_words(tmp_path / "two") == _store_words(tmp_path / "one")
+    seen.clear()
+    count(tmp_path / "mixed", [plain, records], 2)
+    count(tmp_path / "custom", [plain], 2, name="regex:" + GPT2_PATTERN)
+    assert seen == []
+    assert _store_words(tmp_path / "custom")[0] == _store_words(tmp_path / "one")[0]

@@ -360,3 +360,49 @@ def test_sorted_items_of_a_large_random_set(make):
                      max_size=200))
 def test_sorted_items_of_keys_with_long_common_prefixes(make, keys):
     assert_sorted_items_in_bytes_order(filled(make, keys))
+
+
+# -- threads ------------------------------------------------------------------------------
+@native
+def test_tables_fed_on_threads_at_once_count_what_one_thread_counts():
+    """Feeds and packs of large data release the GIL (counting's threads): tables fed on
+    several threads at once hold exactly the counts of the same feeds one after another."""
+    import threading
+
+    text = b"".join(data for _, data in corpus_slices())
+    parts = [text[i::4] for i in range(4)]  # four different byte strings, each over the GIL-free size
+    assert all(len(p) >= 1 << 16 for p in parts)
+
+    def count(part, out, i):
+        table = count_table.NativeCountTable()
+        table.feed(part, "gpt2", 64)
+        out[i] = table.pack(sorted=True)
+
+    alone = [None] * 4
+    for i, part in enumerate(parts):
+        count(part, alone, i)
+    together = [None] * 4
+    threads = [threading.Thread(target=count, args=(part, together, i)) for i, part in enumerate(parts)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert together == alone
+
+
+@native
+def test_a_table_in_use_on_another_thread_refuses_every_call():
+    """A second thread's call on a table that a feed is using without the GIL is an error,
+    not a race (the state ``_mark_in_use`` sets is the one that feed holds meanwhile)."""
+    table = count_table.NativeCountTable()
+    table.feed(b"hello world", "gpt2")
+    table._mark_in_use(True)
+    calls = [lambda: table.feed(b"x", "gpt2"), lambda: table.feed_between(b"x", "gpt2", 0, [b"<s>"]),
+             lambda: table.add(b"x"), lambda: table.merge(b""), lambda: table.pack(), lambda: table.to_dict(),
+             lambda: table.sorted_items(), lambda: table.clear(), lambda: len(table), lambda: table.total,
+             lambda: table.key_bytes]
+    for call in calls:
+        with pytest.raises(RuntimeError, match="in use by another thread"):
+            call()
+    table._mark_in_use(False)
+    assert table.to_dict() == {b"hello": 1, b" world": 1} and len(table) == 2

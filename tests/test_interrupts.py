@@ -18,6 +18,8 @@ import pytest
 import reliability_helpers as H
 from reliability_helpers import EOT, Cmd
 
+from bpe_stream.pretokenize import GPT2_PATTERN
+
 
 @pytest.fixture(scope="module")
 def files(tmp_path_factory):
@@ -58,12 +60,20 @@ def _group_alive(pgid: int) -> bool:
     return True
 
 
+# Plain files with a named pretokenizer are counted on threads; a regex: pattern (here the
+# GPT-2 pattern itself, so that the oracle holds) on worker processes, a file a task (three
+# tasks on two workers: one of them gets a second).
+PROCESSES = ("--pretokenizer", "regex:" + GPT2_PATTERN)
 COUNT_PAUSES = {
-    # the parent, right after its second committed batch (workers busy with later ranges)
-    "parent-after-a-batch": lambda marker: {"pause_after_batch": {"n": 2, "marker": marker}},
-    # a worker, inside its third range (the parent waits for that result)
-    "worker-inside-a-task": lambda marker: {"pause_in_task": {"function": "bpe_stream.counting.count_range",
-                                                               "n": 3, "marker": marker}},
+    # the parent, right after its second committed batch (threads busy with later ranges)
+    "parent-after-a-batch": ((), lambda marker: {"pause_after_batch": {"n": 2, "marker": marker}}),
+    # a counting thread, inside its third range (the parent waits for that result)
+    "thread-inside-a-task": ((), lambda marker: {"pause_in_task": {"function": "bpe_stream.counting.count_range_shared",
+                                                                   "n": 3, "marker": marker}}),
+    # the same with worker processes
+    "parent-after-a-batch-of-workers": (PROCESSES, lambda marker: {"pause_after_batch": {"n": 2, "marker": marker}}),
+    "worker-inside-a-task": (PROCESSES, lambda marker: {"pause_in_task": {"function": "bpe_stream.counting.count_range",
+                                                                          "n": 2, "marker": marker}}),
 }
 
 
@@ -71,8 +81,9 @@ COUNT_PAUSES = {
 def test_ctrl_c_during_count_with_two_workers_stops_them_and_the_store_resumes_exactly(tmp_path, files, moment):
     store = tmp_path / "store"
     marker = tmp_path / "paused"
-    args = ("count", "--store", store, "--special-token", EOT, "--max-memory", "1M", "-w", "2", *files)
-    knobs = dict({"range_bytes": 32 << 10}, **COUNT_PAUSES[moment](str(marker)))
+    extra, pause = COUNT_PAUSES[moment]
+    args = ("count", "--store", store, "--special-token", EOT, "--max-memory", "1M", "-w", "2", *extra, *files)
+    knobs = dict({"range_bytes": 32 << 10}, **pause(str(marker)))
     proc = H.start(Cmd(*args, knobs=knobs), tmp_path, stderr=subprocess.PIPE)
     rc, lines = _interrupt(proc, marker)
     assert rc == 130, (rc, lines)
@@ -119,9 +130,9 @@ def test_a_worker_killed_from_outside_is_one_error_line_not_a_hang(tmp_path, fil
     end-of-file on that worker's pipe, says so in one Error line, and the store resumes."""
     store = tmp_path / "store"
     marker = tmp_path / "paused"
-    args = ("count", "--store", store, "--special-token", EOT, "--max-memory", "1M", "-w", "2", *files)
+    args = ("count", "--store", store, "--special-token", EOT, "--max-memory", "1M", "-w", "2", *PROCESSES, *files)
     knobs = {"range_bytes": 32 << 10,
-             "pause_in_task": {"function": "bpe_stream.counting.count_range", "n": 3, "marker": str(marker)}}
+             "pause_in_task": {"function": "bpe_stream.counting.count_range", "n": 2, "marker": str(marker)}}
     proc = H.start(Cmd(*args, knobs=knobs), tmp_path, stderr=subprocess.PIPE)
     try:
         _wait_for(marker, proc)

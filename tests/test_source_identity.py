@@ -31,6 +31,7 @@ from test_store import SETTING_CHOICES, doc_st, oracle_counts
 
 from bpe_stream import Store
 from bpe_stream.counting import count_sources, make_settings
+from bpe_stream.pretokenize import GPT2_PATTERN
 from bpe_stream.reader import Source
 from bpe_stream.sources import Refused
 
@@ -348,8 +349,13 @@ def test_a_file_appended_to_after_a_killed_count_resumes_exactly(tmp_path, three
     assert _state(store) == _clean([data])
 
 
-@pytest.mark.parametrize("workers, function", [("1", "count_range_into"), ("2", "count_range")])
-def test_a_file_written_to_while_it_is_counted_is_an_error_and_counted_right_later(tmp_path, workers, function):
+@pytest.mark.parametrize("workers, function, pretokenizer", [
+    ("1", "count_range_into", "gpt2"),  # in this process, into the batch's table
+    ("2", "count_range_shared", "gpt2"),  # on threads: the bytes counted compared
+    ("2", "count_range", "regex:" + GPT2_PATTERN),  # on worker processes: their checks compared
+])
+def test_a_file_written_to_while_it_is_counted_is_an_error_and_counted_right_later(tmp_path, workers, function,
+                                                                                   pretokenizer):
     """The parent hashes each range for the file's record; the worker hashed what it counted:
     a file changed in between (here: right after the first range was counted) is one Error.
     With one worker the range was counted into the batch already: the batch is dropped, not
@@ -360,8 +366,8 @@ def test_a_file_written_to_while_it_is_counted_is_an_error_and_counted_right_lat
     knobs = {"range_bytes": 16 << 10,
              "pause_in_task": {"function": f"bpe_stream.counting.{function}", "n": 1, "after": True,
                                "marker": str(marker), "until": str(go_on)}}
-    proc = H.start(Cmd("count", "--store", store, "--special-token", EOT, "-w", workers, f, knobs=knobs), tmp_path,
-                   stderr=subprocess.PIPE)
+    proc = H.start(Cmd("count", "--store", store, "--special-token", EOT, "-w", workers, "--pretokenizer", pretokenizer,
+                       f, knobs=knobs), tmp_path, stderr=subprocess.PIPE)
     try:
         _wait_for(marker, proc)
         with open(f, "r+b") as out:
@@ -373,7 +379,7 @@ def test_a_file_written_to_while_it_is_counted_is_an_error_and_counted_right_lat
         H.kill_group(proc)
     lines = [line for line in err.splitlines() if line.strip()]
     assert rc == 1 and len(lines) == 1 and "changed while it was being counted" in lines[0], (rc, lines)
-    _ok(_count(store, f, cwd=tmp_path))
+    _ok(_count(store, f, "--pretokenizer", pretokenizer, cwd=tmp_path))
     assert _state(store) == _clean([f.read_bytes()])
 
 

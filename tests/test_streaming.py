@@ -26,7 +26,7 @@ from bpe_stream.counting import (count_data_piece, count_range, count_range_into
                                  native_countable, pretokenizer_of)
 from bpe_stream.pretokenize import SpecialSplitter, StreamSplitter, splittable
 from bpe_stream.reader import to_bytes
-from bpe_stream.runner import LocalRunner
+from bpe_stream.runner import LocalRunner, ThreadRunner
 from bpe_stream.streaming import Window, byte_pieces, file_ranges, text_pieces
 
 EOT = "<|endoftext|>"
@@ -272,9 +272,10 @@ def _task(i: int) -> int:
     return sum(range((i % 2) * 200_000)) + i  # odd tasks take longer: they finish out of order
 
 
-@pytest.mark.parametrize("workers", [1, 3])
-def test_window_over_local_workers_keeps_order_and_raises_a_task_error_in_its_turn(workers):
-    runner = LocalRunner(workers)
+@pytest.mark.parametrize("make", [lambda: LocalRunner(1), lambda: LocalRunner(3), lambda: ThreadRunner(3)],
+                         ids=["inline", "processes", "threads"])
+def test_window_over_local_workers_keeps_order_and_raises_a_task_error_in_its_turn(make):
+    runner = make()
     try:
         window = Window(runner)
         got = []

@@ -638,8 +638,33 @@ static PyObject *py_first_invalid_utf8(PyObject *self, PyObject *args, PyObject 
 
 typedef struct {
     PyObject_HEAD
-    bs_counttable *table; /* used with the GIL held: one thread at a time */
+    bs_counttable *table;
+    int busy; /* a feed or pack runs on it without the GIL: every other call is refused */
 } CountTableObject;
+
+/* Feeds and packs of at least this many bytes release the GIL (threads count ranges in
+ * parallel, counting.ThreadRunner); smaller ones are not worth the switch. */
+#define GIL_FREE_BYTES (64u << 10)
+
+/* Runs `stmt` on the table without the GIL when `big`: the table is marked busy meanwhile,
+ * so that another thread's call on it is an error, not a race. */
+#define ON_TABLE(self, big, stmt)                                                             \
+    do {                                                                                      \
+        if (big) {                                                                            \
+            (self)->busy = 1;                                                                 \
+            Py_BEGIN_ALLOW_THREADS stmt;                                                      \
+            Py_END_ALLOW_THREADS;                                                             \
+            (self)->busy = 0;                                                                 \
+        } else {                                                                              \
+            stmt;                                                                             \
+        }                                                                                     \
+    } while (0)
+
+static int table_in_use(CountTableObject *self) {
+    if (!self->busy) return 0;
+    PyErr_SetString(PyExc_RuntimeError, "CountTable is in use by another thread");
+    return 1;
+}
 
 static PyObject *table_error(int rc) {
     switch (rc) {
@@ -680,9 +705,11 @@ static PyObject *table_feed(CountTableObject *self, PyObject *args, PyObject *kw
     Py_buffer buf;
     int pattern;
     Py_ssize_t max_bytes;
-    if (!data_and_pattern(args, kwargs, "y*s|n:feed", &buf, &pattern, &max_bytes)) return NULL;
+    if (table_in_use(self) || !data_and_pattern(args, kwargs, "y*s|n:feed", &buf, &pattern, &max_bytes)) return NULL;
     uint64_t counted = 0;
-    int rc = bs_ct_feed(self->table, pattern, (size_t)max_bytes, buf.buf, (size_t)buf.len, &counted);
+    int rc;
+    ON_TABLE(self, (size_t)buf.len >= GIL_FREE_BYTES,
+             rc = bs_ct_feed(self->table, pattern, (size_t)max_bytes, buf.buf, (size_t)buf.len, &counted));
     PyBuffer_Release(&buf);
     if (rc != BS_CT_OK) return table_error(rc);
     return PyLong_FromUnsignedLongLong(counted);
@@ -700,6 +727,7 @@ static PyObject *table_feed_between(CountTableObject *self, PyObject *args, PyOb
     const char *name;
     Py_ssize_t max_bytes;
     PyObject *tokens;
+    if (table_in_use(self)) return NULL;
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "y*snO!:feed_between", keywords, &buf, &name, &max_bytes,
                                      &PyList_Type, &tokens))
         return NULL;
@@ -724,8 +752,10 @@ static PyObject *table_feed_between(CountTableObject *self, PyObject *args, PyOb
         }
     }
     uint64_t counted = 0, found = 0;
-    int rc = bs_ct_feed_between(self->table, specials, pattern, (size_t)max_bytes, buf.buf, (size_t)buf.len, &counted,
-                                &found);
+    int rc;
+    ON_TABLE(self, (size_t)buf.len >= GIL_FREE_BYTES,
+             rc = bs_ct_feed_between(self->table, specials, pattern, (size_t)max_bytes, buf.buf, (size_t)buf.len,
+                                     &counted, &found));
     if (rc != BS_CT_OK)
         table_error(rc);
     else
@@ -742,6 +772,7 @@ static PyObject *table_add(CountTableObject *self, PyObject *args, PyObject *kwa
     static char *keywords[] = {"key", "count", NULL};
     Py_buffer key;
     PyObject *count_obj = NULL;
+    if (table_in_use(self)) return NULL;
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "y*|O!:add", keywords, &key, &PyLong_Type, &count_obj)) return NULL;
     unsigned long long count = 1;
     if (count_obj && (count = PyLong_AsUnsignedLongLong(count_obj)) == (unsigned long long)-1 && PyErr_Occurred()) {
@@ -759,7 +790,7 @@ PyDoc_STRVAR(merge_doc, "merge(packed)\n\nAdds the counts of a bytes-like ``pack
 static PyObject *table_merge(CountTableObject *self, PyObject *args, PyObject *kwargs) {
     static char *keywords[] = {"packed", NULL};
     Py_buffer buf;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "y*:merge", keywords, &buf)) return NULL;
+    if (table_in_use(self) || !PyArg_ParseTupleAndKeywords(args, kwargs, "y*:merge", keywords, &buf)) return NULL;
     int rc = bs_ct_merge_packed(self->table, buf.buf, (size_t)buf.len);
     PyBuffer_Release(&buf);
     if (rc != BS_CT_OK) return table_error(rc);
@@ -771,19 +802,23 @@ PyDoc_STRVAR(pack_doc, "pack(*, sorted=False) -> bytes\n\n"
                        "``merge_runs``), each as a little-endian u32 length, the pretoken's bytes and a\n"
                        "little-endian u64 count.");
 
+static int pack_into(bs_counttable *table, int sorted, uint8_t *into) {
+    if (sorted) return bs_runs_pack_sorted(table, into);
+    bs_ct_pack(table, into);
+    return BS_CT_OK;
+}
+
 static PyObject *table_pack(CountTableObject *self, PyObject *args, PyObject *kwargs) {
     static char *keywords[] = {"sorted", NULL};
     int sorted = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|$p:pack", keywords, &sorted)) return NULL;
+    if (table_in_use(self) || !PyArg_ParseTupleAndKeywords(args, kwargs, "|$p:pack", keywords, &sorted)) return NULL;
     size_t size = bs_ct_packed_size(self->table);
     if (size > PY_SSIZE_T_MAX) return PyErr_NoMemory();
     PyObject *out = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)size);
     if (!out) return NULL;
-    if (!sorted) {
-        bs_ct_pack(self->table, (uint8_t *)PyBytes_AS_STRING(out));
-        return out;
-    }
-    int rc = bs_runs_pack_sorted(self->table, (uint8_t *)PyBytes_AS_STRING(out));
+    uint8_t *into = (uint8_t *)PyBytes_AS_STRING(out);
+    int rc;
+    ON_TABLE(self, size >= GIL_FREE_BYTES, rc = pack_into(self->table, sorted, into));
     if (rc != BS_CT_OK) {
         Py_DECREF(out);
         return table_error(rc);
@@ -794,6 +829,7 @@ static PyObject *table_pack(CountTableObject *self, PyObject *args, PyObject *kw
 PyDoc_STRVAR(to_dict_doc, "to_dict() -> dict\n\nThe counts as a dict of bytes -> int, in insertion order.");
 
 static PyObject *table_to_dict(CountTableObject *self, PyObject *unused) {
+    if (table_in_use(self)) return NULL;
     PyObject *dict = PyDict_New();
     size_t n = bs_ct_len(self->table);
     for (size_t i = 0; dict && i < n; i++) {
@@ -815,6 +851,7 @@ PyDoc_STRVAR(sorted_items_doc, "sorted_items() -> (keys, counts)\n\n"
                                "int, in the same order): what ``sorted(table.to_dict().items())`` unzips to.");
 
 static PyObject *table_sorted_items(CountTableObject *self, PyObject *unused) {
+    if (table_in_use(self)) return NULL;
     size_t n = bs_ct_len(self->table);
     if (n > (size_t)PY_SSIZE_T_MAX / sizeof(uint32_t)) return PyErr_NoMemory();
     uint32_t *order = PyMem_Malloc((n ? n : 1) * sizeof *order);
@@ -856,23 +893,37 @@ static PyObject *table_sorted_items(CountTableObject *self, PyObject *unused) {
 }
 
 static PyObject *table_clear(CountTableObject *self, PyObject *unused) {
+    if (table_in_use(self)) return NULL;
     bs_ct_clear(self->table);
     Py_RETURN_NONE;
 }
 
-static Py_ssize_t table_len(CountTableObject *self) { return (Py_ssize_t)bs_ct_len(self->table); }
+static Py_ssize_t table_len(CountTableObject *self) {
+    return table_in_use(self) ? -1 : (Py_ssize_t)bs_ct_len(self->table);
+}
 
 static PyObject *table_total(CountTableObject *self, void *unused) {
+    if (table_in_use(self)) return NULL;
     return PyLong_FromUnsignedLongLong(bs_ct_total(self->table));
 }
 
 static PyObject *table_key_bytes(CountTableObject *self, void *unused) {
+    if (table_in_use(self)) return NULL;
     /* the packed form is each key and its fixed overhead */
     size_t packed = bs_ct_packed_size(self->table);
     return PyLong_FromSize_t(packed - BS_CT_PACKED_OVERHEAD * bs_ct_len(self->table));
 }
 
+static PyObject *table_mark_in_use(CountTableObject *self, PyObject *flag) {
+    int on = PyObject_IsTrue(flag);
+    if (on < 0) return NULL;
+    self->busy = on;
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef table_methods[] = {
+    {"_mark_in_use", (PyCFunction)table_mark_in_use, METH_O,
+     "_mark_in_use(flag)\n\nFor tests: marks the table as a feed or pack running on another thread does."},
     {"feed", (PyCFunction)(void (*)(void))table_feed, METH_VARARGS | METH_KEYWORDS, feed_doc},
     {"feed_between", (PyCFunction)(void (*)(void))table_feed_between, METH_VARARGS | METH_KEYWORDS, feed_between_doc},
     {"add", (PyCFunction)(void (*)(void))table_add, METH_VARARGS | METH_KEYWORDS, add_doc},
