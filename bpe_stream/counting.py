@@ -66,7 +66,7 @@ from .pretokenize import (
 )
 from .reader import CHUNK_BYTES, InputError, Source, decode_chunks, from_bytes, invalid_utf8_message, to_bytes
 from .scan import NATIVE_PATTERNS, first_invalid_utf8
-from .sources import Claims, FilePlan, RangeCheck, SameBytes, feed, plan_files, range_hasher
+from .sources import Claims, FilePlan, HashedBeside, RangeCheck, SameBytes, feed, plan_files, range_hasher
 from .store import SortedCounts, Store, StoreError
 from .streaming import Window, file_ranges, text_pieces
 
@@ -345,15 +345,22 @@ def _read_range(path: str, start: int, end: int, strict_utf8: bool) -> bytes:
     return data
 
 
-def count_range_into(path: str, start: int, end: int, settings: dict, strict_utf8: bool, table) -> PartialCounts:
+def count_range_into(path: str, start: int, end: int, settings: dict, strict_utf8: bool, table,
+                     beside: Optional[HashedBeside] = None) -> PartialCounts:
     """:func:`count_range` in the counting process itself (one worker): the counts go straight
-    into ``table``, the batch's ``CountTable`` (nothing packed, nothing merged); the returned
-    partial has the totals and, in ``counted``, the range's bytes themselves: the parent
-    compares them with the bytes it hashes for the file's record, so no checksum is needed
-    on either side."""
+    into ``table``, the batch's ``CountTable`` (nothing packed, nothing merged).  The parent
+    compares the range's bytes with the bytes it hashes for the file's record, so no checksum
+    is needed on either side: with ``beside`` it does so while they are counted (then
+    ``beside.matches()`` says whether they were the same), else the returned partial has them
+    in ``counted``."""
     data = _read_range(path, start, end, strict_utf8)
-    partial = PartialCounts(bytes=len(data), counted=data)
-    count_bytes(data, settings, partial, table)
+    if beside is None:
+        partial = PartialCounts(bytes=len(data), counted=data)
+        count_bytes(data, settings, partial, table)
+        return partial
+    partial = PartialCounts(bytes=len(data))
+    with beside.counting(data):
+        count_bytes(data, settings, partial, table)
     return partial
 
 
@@ -642,9 +649,10 @@ def count_sources(
             setattr(summary, key, getattr(summary, key) + current.totals[key])
         summary.skipped_records += current.skipped
 
-    def take(meta, partial: PartialCounts, in_batch: bool = False):
+    def take(meta, partial: PartialCounts, in_batch: bool = False, check: Optional[HashedBeside] = None):
         """A result into the batch; ``in_batch``: its counts are in the batch's table already
-        (``count_range_into``), so a file that changed is the batch dropped, not committed."""
+        (``count_range_into``), so a file that changed is the batch dropped, not committed;
+        ``check``: the range was hashed for the file's record as it was counted."""
         nonlocal batch
         if meta[0] is _DOCUMENTS:
             take_document(meta, partial)
@@ -652,9 +660,10 @@ def count_sources(
         plan, start, end, last = meta
         if plan is not None:
             # The bytes the file's record stands for, hashed, must be the bytes counted.
-            check = RangeCheck() if partial.counted is None else SameBytes(partial.counted)
-            partial.counted = None
-            feed(plan.source.name, start, end, plan.digest, check=check)
+            if check is None:
+                check = RangeCheck() if partial.counted is None else SameBytes(partial.counted)
+                partial.counted = None
+                feed(plan.source.name, start, end, plan.digest, check=check)
             if not check.matches(partial.digest):
                 if in_batch:
                     batch = _Batch(compact_entries)  # what was committed before stays
@@ -745,10 +754,12 @@ def count_sources(
                                  balanced_range(range_bytes, source.size - plan.start, summary.workers))
             path = os.path.abspath(source.name)  # a worker may run elsewhere (Dask), in another directory
             if window.runner.inline and native_countable(settings):
-                # One worker: counted into the batch's table, no packing and merging
+                # One worker: counted into the batch's table, no packing and merging, while a
+                # thread hashes the range for the file's record
                 for i, (a, b) in enumerate(ranges):
-                    partial = count_range_into(path, a, b, settings, strict_utf8, batch.table)
-                    take((plan, a, b, i == len(ranges) - 1), partial, in_batch=True)
+                    check = HashedBeside(plan.source.name, a, b, plan.digest)
+                    partial = count_range_into(path, a, b, settings, strict_utf8, batch.table, check)
+                    take((plan, a, b, i == len(ranges) - 1), partial, in_batch=True, check=check)
                 continue
             shared = getattr(window.runner, "shares_memory", False)
             for i, (a, b) in enumerate(ranges):

@@ -12,6 +12,8 @@ Settings of the library turned down, so that small inputs behave like large ones
 * ``range_bytes``: counting ranges and stdin pieces of that many bytes instead of 8 MiB
   (``count_sources(range_bytes=...)``), so that a file of a few hundred kB is committed in
   several batches; ``chunk_bytes``: reads of that many bytes instead of 1 MiB;
+* ``beside_bytes``: one worker hashes a range on a thread while it counts it from that many
+  bytes on, instead of 1 MiB (``sources.BESIDE_BYTES``);
 * ``initial_map``: the store's first LMDB map size, so that the map has to grow;
 * ``stage_chunk_keys``: batches over that many keys are staged and applied one chunk of keys
   per transaction (``store.STAGE_CHUNK_KEYS``, with no larger chunks for small stores);
@@ -140,6 +142,10 @@ import bpe_stream.store as store  # noqa: E402
 for knob in ("range_bytes", "chunk_bytes"):
     if knob in knobs:
         counting.count_sources.__kwdefaults__[knob] = knobs[knob]
+if "beside_bytes" in knobs:
+    import bpe_stream.sources as sources
+
+    sources.BESIDE_BYTES = knobs["beside_bytes"]
 if "initial_map" in knobs:
     store._INITIAL_MAP_SIZE = knobs["initial_map"]
 if "stage_chunk_keys" in knobs:

@@ -349,23 +349,28 @@ def test_a_file_appended_to_after_a_killed_count_resumes_exactly(tmp_path, three
     assert _state(store) == _clean([data])
 
 
-@pytest.mark.parametrize("workers, function, pretokenizer", [
-    ("1", "count_range_into", "gpt2"),  # in this process, into the batch's table
-    ("2", "count_range_shared", "gpt2"),  # on threads: the bytes counted compared
-    ("2", "count_range", "regex:" + GPT2_PATTERN),  # on worker processes: their checks compared
+@pytest.mark.parametrize("workers, function, pretokenizer, beside", [
+    # in this process, into the batch's table: the range re-read after it was counted ...
+    ("1", "_read_range", "gpt2", None),
+    # ... or on a thread while it is counted
+    ("1", "_read_range", "gpt2", 0),
+    ("2", "count_range_shared", "gpt2", None),  # on threads: the bytes counted compared
+    ("2", "count_range", "regex:" + GPT2_PATTERN, None),  # on worker processes: their checks compared
 ])
 def test_a_file_written_to_while_it_is_counted_is_an_error_and_counted_right_later(tmp_path, workers, function,
-                                                                                   pretokenizer):
+                                                                                   pretokenizer, beside):
     """The parent hashes each range for the file's record; the worker hashed what it counted:
-    a file changed in between (here: right after the first range was counted) is one Error.
-    With one worker the range was counted into the batch already: the batch is dropped, not
-    committed without the record that would say so."""
+    a file changed in between (here: right after the first range was read by the worker) is
+    one Error.  With one worker the range was counted into the batch already: the batch is
+    dropped, not committed without the record that would say so."""
     f = tmp_path / "f.txt"
     f.write_bytes(TEXT * 2000)
     store, marker, go_on = tmp_path / "store", tmp_path / "paused", tmp_path / "go-on"
     knobs = {"range_bytes": 16 << 10,
              "pause_in_task": {"function": f"bpe_stream.counting.{function}", "n": 1, "after": True,
                                "marker": str(marker), "until": str(go_on)}}
+    if beside is not None:
+        knobs["beside_bytes"] = beside
     proc = H.start(Cmd("count", "--store", store, "--special-token", EOT, "-w", workers, "--pretokenizer", pretokenizer,
                        f, knobs=knobs), tmp_path, stderr=subprocess.PIPE)
     try:
@@ -449,3 +454,68 @@ def test_same_bytes_holds_for_any_blocks_of_the_bytes_counted_and_for_nothing_el
         i = flip % len(data)
         assert not fed([data[:i], bytes([data[i] ^ 0x5A]), data[i + 1:]])
         assert not fed([data[:-1]])
+
+
+@pytest.mark.parametrize("beside_bytes, on_a_thread", [(0, True), (1 << 30, False)])
+def test_a_range_counted_in_this_process_is_hashed_beside_its_count(tmp_path, monkeypatch, beside_bytes, on_a_thread):
+    """One worker's check (``HashedBeside``): the range re-read into the record's digest, on a
+    thread while the count runs when the range is at least ``BESIDE_BYTES`` long, after it in
+    this thread when shorter; the digest ends equal to a digest of the same bytes fed at once,
+    and the check says whether the bytes re-read were the bytes counted."""
+    import threading
+
+    from bpe_stream import sources
+
+    monkeypatch.setattr(sources, "BESIDE_BYTES", beside_bytes)
+    data = TEXT * 50
+    f = tmp_path / "f.txt"
+    f.write_bytes(b"head" + data + b"tail")
+    fed_on, real_feed = [], sources.feed
+
+    def recording_feed(*args, **kwargs):
+        fed_on.append(threading.current_thread() is not threading.main_thread())
+        return real_feed(*args, **kwargs)
+
+    monkeypatch.setattr(sources, "feed", recording_feed)
+    whole = sources.PrefixDigest()
+    whole.update(b"head" + data)
+    digest = sources.PrefixDigest()
+    digest.update(b"head")
+    check = sources.HashedBeside(str(f), 4, 4 + len(data), digest)
+    with check.counting(data):
+        pass
+    assert fed_on == [on_a_thread] and check.matches()
+    assert digest.length == whole.length and digest.digest() == whole.digest()
+
+    other = sources.HashedBeside(str(f), 4, 4 + len(data), sources.PrefixDigest())
+    with other.counting(data[:-1] + b"!"):  # not the bytes the file holds
+        pass
+    assert not other.matches()
+
+
+@pytest.mark.parametrize("beside_bytes", [0, 1 << 30])
+def test_a_failed_re_read_beside_a_count_is_raised_after_it_and_a_failed_count_wins(tmp_path, monkeypatch,
+                                                                                     beside_bytes):
+    """A file cut short under the count is the re-read's InputError, raised once the count is
+    done; a count that raised (Ctrl-C, a full table) raises its own error, and with a thread
+    the re-read was waited for."""
+    from bpe_stream import sources
+    from bpe_stream.reader import InputError
+
+    monkeypatch.setattr(sources, "BESIDE_BYTES", beside_bytes)
+    f = tmp_path / "f.txt"
+    f.write_bytes(b"short")
+    check = sources.HashedBeside(str(f), 0, 100, sources.PrefixDigest())
+    counted = []
+    with pytest.raises(InputError, match="changed while being read"):
+        with check.counting(b"x" * 100):
+            counted.append(True)
+    assert counted == [True] and not check.matches()
+
+    f.write_bytes(b"x" * 100)
+    digest = sources.PrefixDigest()
+    check = sources.HashedBeside(str(f), 0, 100, digest)
+    with pytest.raises(KeyboardInterrupt):
+        with check.counting(b"x" * 100):
+            raise KeyboardInterrupt
+    assert digest.length == (100 if beside_bytes == 0 else 0) and not check.matches()
