@@ -23,7 +23,6 @@ from __future__ import annotations
 import errno
 import os
 import shutil
-import socket
 import stat
 import sys
 from contextlib import contextmanager
@@ -97,6 +96,8 @@ def stdout_binary() -> BinaryIO:
 
 # -- temporary names ----------------------------------------------------------------------
 def _host() -> str:
+    import socket  # (only for a temporary name: its import is 1 ms of every command's start-up)
+
     return socket.gethostname().replace("/", "_") or "localhost"
 
 
