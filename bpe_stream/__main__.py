@@ -1,6 +1,6 @@
 """``python -m bpe_stream``: the ``bpe-stream`` command line."""
 
-from .cli import main
+from .entry import main
 
 if __name__ == "__main__":
     main()
