@@ -96,6 +96,27 @@ def test_ctrl_c_during_count_with_two_workers_stops_them_and_the_store_resumes_e
     assert final["words"] == oracle.words() and final["totals"] == oracle.totals()
 
 
+def test_ctrl_c_while_one_workers_check_thread_rereads_a_range_stops_and_the_store_resumes_exactly(tmp_path, files):
+    """-w1 counts in this process while a thread re-reads and hashes the range for the file's
+    record (``sources.HashedBeside``): Ctrl-C with that thread paused inside its second range
+    ends the count with the one line, no thread left waiting, and the store resumes exactly."""
+    store = tmp_path / "store"
+    marker = tmp_path / "paused"
+    args = ("count", "--store", store, "--special-token", EOT, "--max-memory", "1M", "-w", "1", *files)
+    knobs = {"range_bytes": 32 << 10, "beside_bytes": 0,
+             "pause_in_task": {"function": "bpe_stream.sources.feed", "n": 2, "marker": str(marker)}}
+    proc = H.start(Cmd(*args, knobs=knobs), tmp_path, stderr=subprocess.PIPE)
+    rc, lines = _interrupt(proc, marker)
+    assert rc == 130, (rc, lines)
+    assert len(lines) == 1 and lines[0].startswith("interrupted"), lines
+    oracle = H.PrefixOracle(files)
+    H.check_partial_state(H.snapshot(store), oracle)  # whole batches only
+    res = H.run(Cmd(*args, knobs={"range_bytes": 32 << 10}), tmp_path)
+    assert res.returncode == 0, res.stderr.decode()
+    final = H.snapshot(store)
+    assert final["words"] == oracle.words() and final["totals"] == oracle.totals()
+
+
 @pytest.fixture(scope="module")
 def tokenizer(tmp_path_factory, files):
     directory = tmp_path_factory.mktemp("tok")
