@@ -47,6 +47,7 @@ from __future__ import annotations
 import os
 import time
 from collections import Counter
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from functools import cache
 from itertools import repeat
@@ -148,7 +149,7 @@ class PartialCounts:
     specials: int = 0
     bytes: int = 0
     digest: Optional[bytes] = None  # the RangeCheck of the range's bytes, as read (count_range)
-    counted: Optional[bytes] = None  # the range's bytes, as read (count_range_into: in this process)
+    counted: Optional[bytes] = None  # the range's bytes, as read (count_range_shared: on a thread of this process)
     # The counts packed in key order (a run, ``count_table``: bytes keys), from count_bytes;
     # then ``counter`` is empty.  ``entries``: how many keys the run has.
     packed: Optional[bytes] = None
@@ -348,18 +349,13 @@ def _read_range(path: str, start: int, end: int, strict_utf8: bool) -> bytes:
 def count_range_into(path: str, start: int, end: int, settings: dict, strict_utf8: bool, table,
                      beside: Optional[HashedBeside] = None) -> PartialCounts:
     """:func:`count_range` in the counting process itself (one worker): the counts go straight
-    into ``table``, the batch's ``CountTable`` (nothing packed, nothing merged).  The parent
-    compares the range's bytes with the bytes it hashes for the file's record, so no checksum
-    is needed on either side: with ``beside`` it does so while they are counted (then
-    ``beside.matches()`` says whether they were the same), else the returned partial has them
-    in ``counted``."""
+    into ``table``, the batch's ``CountTable`` (nothing packed, nothing merged).  ``beside``:
+    the parent's check of the range for the file's record, run while its bytes are counted
+    (then ``beside.matches()`` says whether the bytes re-read were the bytes counted, so no
+    checksum is needed on either side); without one nothing is checked."""
     data = _read_range(path, start, end, strict_utf8)
-    if beside is None:
-        partial = PartialCounts(bytes=len(data), counted=data)
-        count_bytes(data, settings, partial, table)
-        return partial
     partial = PartialCounts(bytes=len(data))
-    with beside.counting(data):
+    with beside.counting(data) if beside is not None else nullcontext():
         count_bytes(data, settings, partial, table)
     return partial
 

@@ -169,9 +169,10 @@ class RangeCheck:
 
 
 class SameBytes:
-    """The check of a range counted in this process (one worker, ``count_range_into``): the
-    bytes it counted, compared with the bytes the parent reads block by block (a memcmp, where
-    two checksums on both sides cost one worker ~10% of its count).
+    """The check of a range counted in this process (on a thread, ``count_range_shared``; one
+    worker's, through :class:`HashedBeside`): the bytes it counted, compared with the bytes the
+    parent reads block by block (a memcmp, where two checksums on both sides cost one worker
+    ~10% of its count).
 
     >>> check = SameBytes(b"hello world")
     >>> check.update(b"hello "); check.update(b"world"); check.matches(None)
@@ -222,15 +223,19 @@ class HashedBeside:
         """Around the count of ``data``, the range's bytes as read; an error of the re-read
         is raised after the count, unless the count raised."""
         check = SameBytes(data)
+
+        def reread() -> None:
+            feed(self.path, self.start, self.end, self.digest, check=check)
+
         if len(data) < BESIDE_BYTES:
             yield
-            feed(self.path, self.start, self.end, self.digest, check=check)
+            reread()
         else:
             failed: List[BaseException] = []
 
             def run() -> None:
                 try:
-                    feed(self.path, self.start, self.end, self.digest, check=check)
+                    reread()
                 except BaseException as exc:  # handed to the counting thread
                     failed.append(exc)
 
