@@ -1122,10 +1122,20 @@ static PyObject *py_column_stats(PyObject *self, PyObject *args, PyObject *kwarg
 }
 
 /* A store value: the count as 8 bytes, little-endian (counttable.h's encoding). */
+/* The values of the small counts, made once: most pretokens of a batch are counted a few
+ * times (of 420k multilingual pretokens, 99% fewer than 64 times), and a value is read,
+ * never changed, by LMDB's put.  Sharing them saves a bytes object per key (12 of the 18 ms
+ * that le64_values took for those 420k). */
+#define SMALL_VALUES 64
+static PyObject *small_values[SMALL_VALUES];
+
 static PyObject *le64_bytes(uint64_t v) {
     uint8_t le[8];
     bs_ct_put_le(le, v, 8);
-    return PyBytes_FromStringAndSize((const char *)le, 8);
+    if (v >= SMALL_VALUES) return PyBytes_FromStringAndSize((const char *)le, 8);
+    if (!small_values[v] && !(small_values[v] = PyBytes_FromStringAndSize((const char *)le, 8))) return NULL;
+    Py_INCREF(small_values[v]);
+    return small_values[v];
 }
 
 PyDoc_STRVAR(le64_values_doc, "le64_values(counts) -> list of bytes\n\n"
