@@ -333,6 +333,18 @@ def test_sorted_items_of_keys_that_share_their_first_8_bytes(make, head):
 
 
 @pytest.mark.parametrize("make", TABLES)
+@pytest.mark.parametrize("prefix", [b"\x00" * 16, b"0123456789abcdef", b"\xd0\xbf\xd1\x80" * 4])
+def test_sorted_items_of_keys_that_share_their_first_16_bytes(make, prefix):
+    """More keys than an insertion-sorted bucket holds that tie on all 16 bytes the sort's
+    items carry (the rest of the keys decide), a few that tie on 15, and prefixes of them."""
+    rng = random.Random(prefix)
+    alphabet = b"\x00\x01a\x7f\x80\xff"
+    keys = {prefix + bytes(rng.choice(alphabet) for _ in range(rng.randrange(1, 9))) for _ in range(400)}
+    keys |= {prefix[:k] for k in range(17)} | {prefix[:15] + bytes([v]) for v in (0, 0x7f, 0xff)}
+    assert_sorted_items_in_bytes_order(filled(make, keys))
+
+
+@pytest.mark.parametrize("make", TABLES)
 def test_sorted_items_of_keys_that_differ_in_one_byte_of_the_first_8(make):
     # all heads agree but at one byte: the radix sort's passes at the others move nothing
     for at in (0, 3, 7):

@@ -715,7 +715,7 @@ def test_column_stats_leave_to_python_what_c_cannot_hold():
 @_native_only
 def test_values_in_c_are_eight_bytes_little_endian_in_blocks(monkeypatch):
     monkeypatch.setattr(store_mod, "_VALUE_BLOCK", 7)  # several blocks and a short last one
-    ns = [0, 1, 255, 256, (1 << 63) - 1, (1 << 64) - 1] * 4
+    ns = [0, 1, 63, 64, 255, 256, (1 << 63) - 1, (1 << 64) - 1] * 4  # (counts below 64 share their values)
     assert list(store_mod._values(ns)) == [n.to_bytes(8, "little") for n in ns]
     for bad in ([-1], [1 << 64]):
         with pytest.raises(OverflowError):

@@ -487,8 +487,8 @@ void bs_ct_prefetch(const bs_counttable *t, size_t i, int with_key) {
  * bytes all tie is ordered by the rest of its keys (compare_items).  b"a" and b"a\0" tie
  * on their bytes and the length orders them.  The second 8 bytes are read when the items
  * are made, in the arena's order: multilingual keys often share their first 8 bytes (a
- * space and three Cyrillic letters), and comparing those ties through the keys, at random,
- * was half of the sort of 420k keys. */
+ * space and three Cyrillic letters), and an LSD sort on 8 bytes that broke those ties with
+ * memcmp at random addresses took 31 ms for 420k keys, against 24 ms for this one. */
 typedef struct {
     uint64_t head, head2; /* the key's bytes 0-7 and 8-15, big-endian: these order most keys */
     const uint8_t *key;
