@@ -716,6 +716,9 @@ def count_sources(
     summary.workers = getattr(runner, "workers", workers)
     window = Window(runner)
     pre, specials = pretokenizer_of(settings), [t.encode("utf-8") for t in settings["special_tokens"]]
+    # A range that is pieces of one pretoken (``streaming.Range.one_pretoken``) is counted as
+    # such: the cap's pieces of the whole range.
+    pieces_settings = dict(settings, pretokenizer="none", pattern=None)
     given_names = {os.path.abspath(s.name): s.name for s in sources if not s.is_stdin}
     try:
         for source in sources:
@@ -752,17 +755,19 @@ def count_sources(
             if window.runner.inline and native_countable(settings):
                 # One worker: counted into the batch's table, no packing and merging, while a
                 # thread hashes the range for the file's record
-                for i, (a, b) in enumerate(ranges):
+                for i, (a, b, one) in enumerate(ranges):
                     check = HashedBeside(plan.source.name, a, b, plan.digest)
-                    partial = count_range_into(path, a, b, settings, strict_utf8, batch.table, check)
+                    partial = count_range_into(path, a, b, pieces_settings if one else settings, strict_utf8,
+                                               batch.table, check)
                     take((plan, a, b, i == len(ranges) - 1), partial, in_batch=True, check=check)
                 continue
             shared = getattr(window.runner, "shares_memory", False)
-            for i, (a, b) in enumerate(ranges):
+            for i, (a, b, one) in enumerate(ranges):
+                unit_settings = pieces_settings if one else settings
                 if shared:
-                    unit, args = count_range_shared, (path, a, b, settings, strict_utf8)
+                    unit, args = count_range_shared, (path, a, b, unit_settings, strict_utf8)
                 else:
-                    unit, args = count_range, (path, a, b, settings, strict_utf8, chunk_bytes, True, True)
+                    unit, args = count_range, (path, a, b, unit_settings, strict_utf8, chunk_bytes, True, True)
                 for meta, partial in window.submit(unit, args, (plan, a, b, i == len(ranges) - 1)):
                     take(meta, partial)
         for meta, partial in window.drain():

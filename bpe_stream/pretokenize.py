@@ -94,6 +94,8 @@ _CUT_ANY_SPACE = _Lazy(r"(?r)(?<=\S)\s")
 # words (\S+ alone) has no pretoken with a space in it: a cut before any space is safe.
 _CUT_BEFORE_SPACE = _Lazy(r"(?r)\s")
 _CUT_NOT_NEWLINE = _Lazy(r"(?r)(?<=\S)[^\S\r\n]")
+# whitespace (\s+|\S+) changes pretoken wherever a space meets a non-space, either way round.
+_CUT_SPACE_EDGE = _Lazy(r"(?r)(?<=\S)\s|(?<=\s)\S")
 # Text with no such space (a base64 line, code without spaces) is cut where two non-space
 # characters of different families meet -- letters, numbers, the rest -- an apostrophe on
 # neither side (contractions).  Each family is a run alternative of these patterns, so its
@@ -287,8 +289,11 @@ class Pretokenizer:
             return self._custom_cut(text)
         if self.name == "words":
             m = _CUT_BEFORE_SPACE.search(text)
-            return m.start() if m else 0
-        cutter = _CUT_NOT_NEWLINE if self.name in ("cl100k", "o200k") else _CUT_ANY_SPACE
+            if m:
+                return m.start()
+            return self._last_piece_cut(text) if self.max_bytes else 0
+        cutter = {"cl100k": _CUT_NOT_NEWLINE, "o200k": _CUT_NOT_NEWLINE, "whitespace": _CUT_SPACE_EDGE}.get(
+            self.name, _CUT_ANY_SPACE)
         # A cut has a non-space before it, so none is in the spaces that end the text: the
         # searches start before them (``regex`` went through 8 MB of spaces in 0.5 s).
         solid = len(text.rstrip(SPACE_STRING))
@@ -572,6 +577,10 @@ _ASCII_SPACE = re.compile(rb"[^\t\n\v\f\r ][\t\n\v\f\r ]")
 _ASCII_SPACE_NOT_NEWLINE = re.compile(rb"[^\t\n\v\f\r ][\t\v\f ]")
 _NOT_ASCII_SPACE = re.compile(rb"[^\t\n\v\f\r ]")
 _ANY_ASCII_SPACE = re.compile(rb"[\t\n\v\f\r ]")
+# For whitespace (\s+|\S+) a space followed by a non-space is a boundary too (zero-width, so
+# that the two edges around one byte, as in b"a b", are both found).
+_ASCII_SPACE_EDGE = re.compile(rb"(?=[^\t\n\v\f\r ][\t\n\v\f\r ]|[\t\n\v\f\r ][^\t\n\v\f\r ])")
+_ASCII_SPACE_BYTES = frozenset(b"\t\n\v\f\r ")
 # The characters ``regex``'s \s matches (the White_Space property, unchanged since Unicode
 # 6.3; tests/test_startup.py checks it against the installed ``regex``), so that finding
 # a cut in a file needs no ``regex``.
@@ -595,19 +604,25 @@ def find_byte_cut(data: bytes, start: int, pre: Pretokenizer, specials: Sequence
     -1
     """
     longest = max((len(s) for s in specials), default=0)
-    if pre.name == "words":  # (no pretoken holds a space: a cut before any space byte)
-        for m in _ANY_ASCII_SPACE.finditer(data, max(start, 4)):
-            p = m.start()
-            if longest and p + longest > len(data):
-                return -1
-            if not _straddled(data, p, specials, longest):
-                return p
+    if pre.name == "words":  # (no pretoken holds a space: a cut before or after any space byte)
+        for m in _ANY_ASCII_SPACE.finditer(data, max(start, 4) - 1):
+            for p in (m.start(), m.end()):
+                if p < max(start, 4):
+                    continue
+                if longest and p + longest > len(data):
+                    return -1
+                if not _straddled(data, p, specials, longest):
+                    return p
         return -1
-    spaces = _ASCII_SPACE_NOT_NEWLINE if pre.name in ("cl100k", "o200k") else _ASCII_SPACE
+    spaces = {"cl100k": _ASCII_SPACE_NOT_NEWLINE, "o200k": _ASCII_SPACE_NOT_NEWLINE,
+              "whitespace": _ASCII_SPACE_EDGE}.get(pre.name, _ASCII_SPACE)
     for m in spaces.finditer(data, max(start, 4) - 1):
         p = m.start() + 1
-        before = data[p - 4:p].decode("utf-8", "surrogateescape")[-1]
-        if before in SPACE_CHARS:
+        if data[p - 1] in _ASCII_SPACE_BYTES:  # (whitespace: a space, then the first non-space)
+            after = data[p:p + 4].decode("utf-8", "surrogateescape")[:1]
+            if after in SPACE_CHARS or ("\udc80" <= after <= "\udcff" and p + 4 > len(data)):
+                continue  # (a character cut by the window's end may be a space)
+        elif data[p - 4:p].decode("utf-8", "surrogateescape")[-1] in SPACE_CHARS:
             continue
         if longest and p + longest > len(data):
             return -1
@@ -630,6 +645,72 @@ def last_piece_byte_cut(data: bytes, pre: Pretokenizer, specials: Sequence[bytes
     text = codecs.getincrementaldecoder("utf-8")("surrogateescape").decode(bytes(data), final=False)
     i = pre.safe_cut(text)
     return len(text[:i].encode("utf-8", "surrogateescape")) if i > 0 else -1
+
+
+# -- runs of spaces whose pretokens depend on where the run ends --------------------------
+# cl100k and o200k match a run of spaces that holds a CR or LF up to its last one
+# (``\s*[\r\n]``), so no cut inside such a run is safe for every continuation: a cut is
+# only valid once the run's end is known.  The file planner (``streaming.file_ranges``)
+# reads to that end and asks these rules for the run's pretokens.
+SPACE_RUN_PRETOKENIZERS = ("gpt2", "cl100k", "o200k", "whitespace")
+# A run of space characters (SPACE_CHARS) in UTF-8, and one read backwards: the ASCII ones a
+# class taken whole (a run of them is matched at memory speed, not character by character).
+_ASCII_SPACE_CLASS = b"[" + re.escape(bytes(sorted(ord(c) for c in SPACE_CHARS if c < "\x80"))) + b"]++"
+_WIDE_SPACES = sorted(c.encode("utf-8") for c in SPACE_CHARS if c >= "\x80")
+SPACE_RUN_BYTES = re.compile(b"(?:" + b"|".join([_ASCII_SPACE_CLASS] + [re.escape(c) for c in _WIDE_SPACES]) + b")+")
+SPACE_RUN_BYTES_REVERSED = re.compile(
+    b"(?:" + b"|".join([_ASCII_SPACE_CLASS] + [re.escape(c[::-1]) for c in _WIDE_SPACES]) + b")+")
+
+
+def space_run_absorbed(name: str, before: Optional[str]) -> Optional[bool]:
+    """Whether the pretoken that ends with the character ``before`` (None: the run starts a
+    text) takes the CR and LF that start the run of spaces after it: cl100k's and o200k's
+    ``[^\\s\\p{L}\\p{N}]+[\\r\\n]*`` does when ``before`` is neither a letter nor a number.
+    None when it cannot be told from that character alone (o200k's marks end letter runs and
+    runs of the rest alike; a byte that is not UTF-8) -- then the planner leaves the run.
+
+    >>> space_run_absorbed("cl100k", "!"), space_run_absorbed("cl100k", "a"), space_run_absorbed("o200k", "7")
+    (True, False, False)
+    """
+    if before is None or name in ("gpt2", "whitespace"):
+        return False
+    if "\ud800" <= before <= "\udfff":
+        return None
+    if _compile(r"[\p{L}\p{N}]").match(before):
+        return False
+    if name == "o200k" and _compile(r"\p{M}").match(before):
+        return None
+    return True
+
+
+def space_run_pretokens(name: str, start: int, after_newline: int, last: int, end: int, at_text_end: bool) -> list:
+    """The pretokens, as ``(start, end)``, that lie wholly inside the run of spaces
+    ``[start, end)`` (maximal: a non-space or the text's end after it; ``start`` where the
+    run's own pretokens begin, after what the pretoken before took), for ``name`` in
+    ``SPACE_RUN_PRETOKENIZERS``; ``after_newline``: the end of the run's last CR or LF, or
+    ``start`` when it has none; ``last``: where its last character starts, which may join a
+    non-space after it, and is then in none of them.
+
+    >>> space_run_pretokens("cl100k", 0, 3, 9, 10, False)   # '  \\n' + 7 spaces + 'x...'
+    [(0, 3), (3, 9)]
+    >>> space_run_pretokens("cl100k", 0, 3, 9, 10, True)    # \\s++$: one pretoken to the end
+    [(0, 10)]
+    >>> space_run_pretokens("o200k", 0, 3, 9, 10, True)
+    [(0, 3), (3, 10)]
+    >>> space_run_pretokens("whitespace", 0, 3, 9, 10, False)
+    [(0, 10)]
+    >>> space_run_pretokens("gpt2", 0, 3, 9, 10, False)
+    [(0, 9)]
+    """
+    if name == "whitespace" or (name == "cl100k" and at_text_end):
+        return [(start, end)] if end > start else []
+    if name == "gpt2":  # (no alternative of its own for newlines)
+        after_newline = start
+    spans = [(start, after_newline)] if after_newline > start else []  # \s*[\r\n]: to the last newline
+    tail_end = end if at_text_end else last  # \s+(?!\S)
+    if tail_end > after_newline:
+        spans.append((after_newline, tail_end))
+    return spans
 
 
 def _straddled(data: bytes, p: int, specials: Sequence[bytes], longest: int) -> bool:

@@ -3,9 +3,9 @@ and the bounded window of tasks in flight.
 
 Owns:
 
-* :func:`file_ranges` -- ``[start, end)`` of a file cut into byte ranges of about ``target``
-  bytes at safe cuts, reading only a window around each cut (``count``'s plain files; the
-  workers read their ranges themselves).
+* :func:`file_ranges` -- ``[start, end)`` of a file cut into byte ranges (:class:`Range`) of
+  about ``target`` bytes at safe cuts, reading only a window around each cut, or a long run
+  of spaces to its end (``count``'s plain files; the workers read their ranges themselves).
 * :func:`byte_pieces` -- a binary stream cut into pieces of about ``limit`` bytes at safe
   cuts as it is read (``encode``'s documents; ``count``'s decompressed streams, see
   ``documents``).
@@ -24,15 +24,31 @@ A safe cut (``pretokenize.find_byte_cut``, or with a cap ``last_piece_byte_cut``
 with no other) is a byte offset where the pretokens of the parts equal the pretokens of the
 whole, special tokens included, so every count and every encoding is the same for any
 piece size, range size, read size and number of workers.  A pretokenizer without byte-level
-cuts (``pretokenize.splittable``) gets one range or piece for the whole.
+cuts (``pretokenize.splittable``) gets one range or piece for the whole.  In a file, a run of
+spaces with no such cut (cl100k's spaces after a newline: where the run ends decides its
+pretokens) is read to its end and cut between its pretokens and, with a cap, between their
+pieces: a range inside one pretoken is ``Range.one_pretoken`` and counted as its pieces, and
+a count resumed from any of these cuts counts the rest of the whole.
 """
 
 from __future__ import annotations
 
 from collections import deque
-from typing import BinaryIO, Iterable, Iterator, List, Sequence, Tuple
+from typing import BinaryIO, Iterable, Iterator, List, NamedTuple, Optional, Sequence, Tuple
 
-from .pretokenize import Pretokenizer, StreamSplitter, find_byte_cut, last_piece_byte_cut, splittable
+from .pretokenize import (
+    SPACE_CHARS,
+    SPACE_RUN_BYTES,
+    SPACE_RUN_BYTES_REVERSED,
+    SPACE_RUN_PRETOKENIZERS,
+    Pretokenizer,
+    StreamSplitter,
+    find_byte_cut,
+    last_piece_byte_cut,
+    space_run_absorbed,
+    space_run_pretokens,
+    splittable,
+)
 from .reader import InputError, decode_chunks
 
 CUT_WINDOW = 1 << 16  # bytes read around a planned cut of a file
@@ -66,29 +82,57 @@ def last_byte_cut(f: BinaryIO, floor: int, end: int, pre: Pretokenizer, specials
     return floor
 
 
+class Range(NamedTuple):
+    """Bytes ``[start, end)`` of a file, to be counted apart.  ``one_pretoken``: the range is
+    pieces of one pretoken (cut from a piece boundary of it, by the cap, to another or to the
+    pretoken's end), to be counted as such -- pretokenizer ``none`` with the cap -- since
+    pretokenized alone it may not be one pretoken (cl100k's spaces up to a newline)."""
+
+    start: int
+    end: int
+    one_pretoken: bool = False
+
+
 def file_ranges(path: str, start: int, end: int, pre: Pretokenizer, specials: Sequence[bytes],
-                target: int) -> List[Tuple[int, int]]:
+                target: int) -> List[Range]:
     """``[start, end)`` of the file ``path`` (``start`` a safe cut) as ranges of about
     ``target`` bytes that end at safe cuts, in order, covering it exactly.
 
     >>> import tempfile
     >>> with tempfile.NamedTemporaryFile() as f:
     ...     _ = f.write(b"Hello world, hello again and again"); f.flush()
-    ...     file_ranges(f.name, 0, 34, Pretokenizer.from_name("gpt2"), [], 8)
-    [(0, 12), (12, 24), (24, 34)]
+    ...     [tuple(r) for r in file_ranges(f.name, 0, 34, Pretokenizer.from_name("gpt2"), [], 8)]
+    [(0, 12, False), (12, 24, False), (24, 34, False)]
     """
     if not splittable(pre) or end - start <= target:
-        return [(start, end)]
+        return [Range(start, end)]
     back = _back(specials)
     cuts = [start]
+    whole = set()  # the cuts that start a one_pretoken range
     pos = start + target
     tried = -1
+    runs_from = start  # space runs before this were planned (or left) already
     with open(path, "rb") as f:
         while pos < end - 4:
             lo = max(start, pos - back)
             f.seek(lo)
             window = f.read(min(CUT_WINDOW, end - lo))
             cut = find_byte_cut(window, pos - lo, pre, specials)
+            if cut < 0 and pre.max_bytes and pre.name in SPACE_RUN_PRETOKENIZERS and pos >= runs_from:
+                # In a run of spaces, whose pretokens depend on where it ends ("word\n", 1 GB
+                # of spaces, "\nword"): read to its end, then cut it between its pretokens and
+                # at their pieces' boundaries.
+                planned = _space_run_cuts(f, cuts[-1], pos, end, pre, specials, target)
+                if planned is not None:
+                    runs_from, run_cuts = planned
+                    if run_cuts:
+                        for at, one in run_cuts:
+                            if at > cuts[-1]:
+                                cuts.append(at)
+                            if one:
+                                whole.add(at)
+                        pos = cuts[-1] + target
+                        continue
             if cut < 0 and pre.max_bytes and tried != cuts[-1]:
                 # A run with no cut (10 MB of CJK, of spaces): a piece boundary of its
                 # pretoken, found from a cut where the pretoken starts -- the range's start,
@@ -110,8 +154,119 @@ def file_ranges(path: str, start: int, end: int, pre: Pretokenizer, specials: Se
             cut += lo
             cuts.append(cut)
             pos = cut + target
-    cuts.append(end)
-    return [(a, b) for a, b in zip(cuts, cuts[1:]) if b > a]
+    if cuts[-1] < end:
+        cuts.append(end)
+    return [Range(a, b, a in whole) for a, b in zip(cuts, cuts[1:]) if b > a]
+
+
+def _space_run_cuts(f: BinaryIO, floor: int, pos: int, end: int, pre: Pretokenizer,
+                    specials: Sequence[bytes], target: int) -> Optional[Tuple[int, list]]:
+    """For a planned cut at ``pos`` with none near it: when ``pos`` is inside a run of spaces
+    (after ``floor``, the last cut), ``(where the run ends, cuts)``: ``cuts`` as ``(offset,
+    whether a one_pretoken range starts there)`` -- where the run's own pretokens start, the
+    boundaries between them (``space_run_pretokens``) and their pieces' boundaries about
+    ``target`` apart, the last one where the run's pretokens end.  The run is read twice, a
+    window at a time.  None when ``pos`` is in no run of spaces or a special token could
+    touch one; no cuts when the run's start cannot be told (``space_run_absorbed``)."""
+    if any(c in SPACE_CHARS for s in specials for c in s.decode("utf-8", "surrogateescape")):
+        return None
+    cap = pre.max_bytes
+    first = max(floor, pos - 3)
+    f.seek(first)
+    head = f.read(pos + 1 - first)  # back to the start of the character at ``pos``
+    pos = first + next((i for i in range(len(head) - 1, -1, -1) if head[i] & 0xC0 != 0x80), 0)
+    f.seek(pos)
+    if not SPACE_RUN_BYTES.match(f.read(4)):
+        return None
+    # Back to the run's start, a window at a time (reversed: the run that ends at ``hi``).
+    # A window all spaces but for its first 3 bytes (a space cut by it?) goes on from there.
+    hi = pos
+    while True:
+        lo = max(floor, hi - CUT_WINDOW)
+        f.seek(lo)
+        m = SPACE_RUN_BYTES_REVERSED.match(f.read(hi - lo)[::-1])
+        n = m.end() if m else 0
+        if lo == floor or n < hi - lo - 3:
+            break
+        hi -= n
+    run_start = hi - n
+    # Forward to its end: where the CR/LF that start it end, where its last CR/LF ends.
+    lead_end = after_newline = at = run_start
+    leading = True
+    while at < end:
+        f.seek(at)
+        window = f.read(min(end - at, CUT_WINDOW))
+        m = SPACE_RUN_BYTES.match(window)
+        n = m.end() if m else 0
+        run = window[:n]
+        if leading:
+            k = n - len(run.lstrip(b"\r\n"))
+            lead_end, leading = at + k, k == n
+        last = max(run.rfind(b"\n"), run.rfind(b"\r"))
+        if last >= 0:
+            after_newline = at + last + 1
+        at += n
+        if n == 0 or n < len(window) - 3:  # (else a space may be cut by the window's end: read on)
+            break
+    run_end = at
+    # the character before the run, and whether a special token ends there or starts after it
+    before = None
+    if run_start > floor:
+        f.seek(max(floor, run_start - 4))
+        tail = f.read(run_start - max(floor, run_start - 4))
+        longest = max([0] + [len(s) for s in specials])
+        f.seek(max(floor, run_start - longest))
+        if not any(f.read(run_start - max(floor, run_start - longest)).endswith(s) for s in specials):
+            before = tail.decode("utf-8", "surrogateescape")[-1]
+    absorbed = space_run_absorbed(pre.name, before)
+    own_start = lead_end if absorbed else run_start
+    if absorbed is None or own_start - run_start > target:  # (left as it was: no cut found)
+        return run_end, []
+    f.seek(run_end)
+    following = f.read(max([1] + [len(s) for s in specials]))
+    at_text_end = run_end >= end or any(following.startswith(s) for s in specials)
+    f.seek(max(run_start, run_end - 4))
+    tail = f.read(run_end - max(run_start, run_end - 4))
+    last = run_end - len(tail.decode("utf-8", "surrogateescape")[-1].encode("utf-8", "surrogateescape"))  # its last space
+    spans = space_run_pretokens(pre.name, own_start, max(own_start, after_newline), max(own_start, last), run_end,
+                                at_text_end)
+    if not spans:
+        return run_end, []
+    cuts = [(own_start, False)]
+    for a, b in spans:
+        cuts.append((a, True))
+        q = a
+        while True:
+            q = _piece_bound_from(f, q, q + target, b, cap)
+            if q >= b:
+                break
+            cuts.append((q, True))
+        cuts.append((b, False))
+    return run_end, cuts
+
+
+def _piece_bound_from(f: BinaryIO, q: int, want: int, b: int, cap: int) -> int:
+    """The first boundary at or after ``want`` between the cap's pieces of the pretoken that
+    ends at ``b`` (of spaces, valid UTF-8), ``q`` being one of them; ``b`` when there is none
+    before it.  Pieces are cut greedily (``pretokenize.cap_pieces``): the most whole
+    characters that fit in ``cap`` bytes."""
+    while q < want:
+        if b - q <= cap:
+            return b
+        f.seek(q)
+        chunk = f.read(min(b - q, max(CUT_WINDOW, cap + 4)))
+        if chunk.isascii():  # a byte a character: pieces of ``cap`` bytes
+            k = max(1, min((b - q - 1) // cap, len(chunk) // cap, -(-(want - q) // cap)))
+            q += k * cap
+            continue
+        i = 0
+        while q + i < want and b - (q + i) > cap and i + cap < len(chunk):
+            j = i + cap
+            while chunk[j] & 0xC0 == 0x80:  # (not inside a character)
+                j -= 1
+            i = j
+        q += i
+    return q
 
 
 def _piece_cut_from(f: BinaryIO, origin: int, end: int, pre: Pretokenizer, specials: Sequence[bytes]) -> int:

@@ -24,7 +24,7 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 from reliability_helpers import oracle
 
-from bpe_stream import counting
+from bpe_stream import counting, streaming
 from bpe_stream.count_table import NativeCountTable, PyCountTable, unpack_counts
 from bpe_stream.counting import (
     DocumentCounter,
@@ -240,6 +240,42 @@ def test_stores_equal_the_plain_path_for_any_ranges_workers_and_table(tmp_path, 
     assert totals["pretokens"] == sum(expected.values()) and totals["bytes"] == sum(map(len, docs))
     n_specials = sum(1 for data in docs for s, _ in SpecialSplitter(SPECIAL_TOKENS).split(from_bytes(data)) if s)
     assert (totals["specials"], totals["documents"]) == (n_specials, n_specials + len(docs))
+
+
+# Long runs of spaces (newlines anywhere in them, between any characters): ranges planned
+# inside them (``streaming.Range.one_pretoken``, counted as one pretoken's pieces) with small
+# read windows, so that every run is read to its end.
+space_run = st.lists(st.tuples(st.sampled_from(SPACES), st.integers(1, 30)).map(lambda t: t[0] * t[1]), min_size=1,
+                     max_size=5).map("".join)
+run_doc = st.lists(st.one_of(st.sampled_from(WORDS), st.sampled_from(SPECIAL_TOKENS), space_run), max_size=12).map("".join)
+
+
+@pytest.mark.parametrize("name", ["gpt2", "cl100k", "o200k", "whitespace"])
+@fewer_examples(30)
+@given(text=run_doc, range_bytes=st.integers(1, 80), cap=st.integers(4, 16), workers=st.sampled_from([1, 2]),
+       python_table=st.booleans())
+def test_stores_of_long_runs_of_spaces_equal_the_plain_path(tmp_path, name, text, range_bytes, cap, workers,
+                                                           python_table):
+    work = Path(tempfile.mkdtemp(dir=tmp_path))
+    path = work / "doc.txt"
+    data = to_bytes(text)
+    path.write_bytes(data)
+    settings_ = make_settings(name, SPECIAL_TOKENS, max_token_bytes=cap)
+    pre = Pretokenizer.from_name(name, max_bytes=cap)
+    expected = Counter()
+    for is_special, piece in SpecialSplitter(SPECIAL_TOKENS).split(text):
+        if not is_special:
+            expected.update(bytes_keys(Counter(pre.split(piece))))
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(streaming, "CUT_WINDOW", 32)
+        mp.setattr(counting, "MIN_BALANCED_RANGE", 1)
+        if python_table:
+            mp.setattr(counting, "CountTable", PyCountTable)
+        with Store.open(str(work / "store"), create=True) as st_:
+            count_sources(st_, [Source.from_arg(str(path))], settings_, workers=workers, range_bytes=range_bytes)
+    words, totals = _store_words(work / "store")
+    assert words == dict(expected)
+    assert totals["pretokens"] == sum(expected.values()) and totals["bytes"] == len(data)
 
 
 # -- the reference corpora, through the store --------------------------------------------------

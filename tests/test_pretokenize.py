@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from bpe_stream import reader
 from bpe_stream.counting import DocumentCounter, count_text, make_settings
 from bpe_stream.pretokenize import (
+    FAMILY_CUT_MIN_CHARS,
     PretokenizeError,
     Pretokenizer,
     SpecialSplitter,
@@ -240,6 +241,21 @@ def test_splitter_holds_back_little(patterns):
     for _ in range(2000):
         list(splitter.feed("some words here "))
     assert splitter.held_chars < 64
+
+
+def test_whitespace_splitter_cuts_before_a_long_run_without_spaces(patterns):
+    """whitespace's pretokens change where a space meets a non-space either way round: after
+    'word ' the splitter cuts before 120,000 characters of CJK and then at its capped pieces, instead of
+    holding the run (what ``cat | count`` kept in memory)."""
+    pre = Pretokenizer.from_name("whitespace", max_bytes=64)
+    splitter = StreamSplitter(pre, SpecialSplitter([]))
+    held = 0
+    list(splitter.feed("word "))
+    for _ in range(10_000):
+        list(splitter.feed("中文字符" * 3))
+        held = max(held, splitter.held_chars)
+    assert held <= 2 * FAMILY_CUT_MIN_CHARS + 12  # (a cut is looked for once the held text doubled)
+    assert pre.safe_cut("word 中文") == 5 and pre.safe_cut("word 中文 ") == 7
 
 
 # -- gpt2 pretokens by `re` on ASCII runs ------------------------------------------------------
