@@ -287,6 +287,13 @@ class _Limited:
         return data
 
 
+def range_settings(settings: dict, one_pretoken: bool) -> dict:
+    """The settings a range of ``streaming.file_ranges`` is counted with: a range that is
+    pieces of one pretoken (``Range.one_pretoken``) as such -- pretokenizer ``none``, the
+    cap's pieces of the whole range."""
+    return dict(settings, pretokenizer="none", pattern=None) if one_pretoken else settings
+
+
 def count_range(path: str, start: int, end: int, settings: dict, strict_utf8: bool = False,
                 chunk_bytes: int = CHUNK_BYTES, bytes_keys: bool = False, packed: bool = False) -> PartialCounts:
     """The counting unit: partial counts of bytes ``[start, end)`` of ``path``.  ``start`` and
@@ -716,9 +723,6 @@ def count_sources(
     summary.workers = getattr(runner, "workers", workers)
     window = Window(runner)
     pre, specials = pretokenizer_of(settings), [t.encode("utf-8") for t in settings["special_tokens"]]
-    # A range that is pieces of one pretoken (``streaming.Range.one_pretoken``) is counted as
-    # such: the cap's pieces of the whole range.
-    pieces_settings = dict(settings, pretokenizer="none", pattern=None)
     given_names = {os.path.abspath(s.name): s.name for s in sources if not s.is_stdin}
     try:
         for source in sources:
@@ -726,7 +730,8 @@ def count_sources(
                 count_document_source(source, None)
                 continue
             if source.is_stdin:
-                for meta, partial in _count_stdin(source, settings, window, strict_utf8, chunk_bytes, range_bytes):
+                for meta, partial in _count_stdin(source, settings, window, strict_utf8, chunk_bytes, range_bytes,
+                                                  store.path):
                     take(meta, partial)
                 continue
             planned = plan_of[id(source)]
@@ -757,13 +762,13 @@ def count_sources(
                 # thread hashes the range for the file's record
                 for i, (a, b, one) in enumerate(ranges):
                     check = HashedBeside(plan.source.name, a, b, plan.digest)
-                    partial = count_range_into(path, a, b, pieces_settings if one else settings, strict_utf8,
+                    partial = count_range_into(path, a, b, range_settings(settings, one), strict_utf8,
                                                batch.table, check)
                     take((plan, a, b, i == len(ranges) - 1), partial, in_batch=True, check=check)
                 continue
             shared = getattr(window.runner, "shares_memory", False)
             for i, (a, b, one) in enumerate(ranges):
-                unit_settings = pieces_settings if one else settings
+                unit_settings = range_settings(settings, one)
                 if shared:
                     unit, args = count_range_shared, (path, a, b, unit_settings, strict_utf8)
                 else:
@@ -836,16 +841,27 @@ def _take_back(store: Store, plan: FilePlan, settings: dict) -> None:
 
 
 def _count_stdin(source: Source, settings: dict, window: Window, strict_utf8: bool, chunk_bytes: int,
-                 piece_bytes: int) -> Iterable[tuple]:
+                 piece_bytes: int, spool_dir: Optional[str] = None) -> Iterable[tuple]:
     """Cuts stdin into pieces in this process (``streaming.text_pieces``); workers pretokenize
-    and count them."""
-    splitter = StreamSplitter(pretokenizer_of(settings), SpecialSplitter(settings["special_tokens"]))
-    for items, last in text_pieces(source.open(), splitter, piece_bytes, chunk_bytes, strict_utf8):
+    and count them.  Text with no cut for more than a piece (a run of spaces after a newline,
+    whose pretokens wait for its end) is spooled to a file in ``spool_dir`` (the store's
+    directory, on its disk) and counted from there as a file's ranges are."""
+    pre, specials = pretokenizer_of(settings), [t.encode("utf-8") for t in settings["special_tokens"]]
+    splitter = StreamSplitter(pre, SpecialSplitter(settings["special_tokens"]))
+    for items, last in text_pieces(source.open(), splitter, piece_bytes, chunk_bytes, strict_utf8, spool_dir):
         pieces = [value for kind, value in items if kind == "text"]
-        specials = [value for kind, value in items if kind == "special"]
-        args = (settings, pieces, len(specials), sum(len(to_bytes(s)) for s in specials))
+        found = [value for kind, value in items if kind == "special"]
+        spooled = [value for kind, value in items if kind == "spool"]
+        args = (settings, pieces, len(found), sum(len(to_bytes(s)) for s in found))
         del items
         yield from window.submit(_count_pieces, args, (None, 0, 0, last))
+        for spool in spooled:  # (counted here, as a file, then removed)
+            try:
+                for r in file_ranges(spool.path, 0, spool.size, pre, specials, piece_bytes):
+                    yield (None, 0, 0, False), count_range(spool.path, r.start, r.end, range_settings(settings, r.one_pretoken),
+                                                          packed=True, bytes_keys=True)
+            finally:
+                spool.remove()
 
 
 def _count_pieces(settings: dict, pieces: List[str], n_specials: int, special_bytes: int) -> PartialCounts:

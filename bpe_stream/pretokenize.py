@@ -289,9 +289,14 @@ class Pretokenizer:
             return self._custom_cut(text)
         if self.name == "words":
             m = _CUT_BEFORE_SPACE.search(text)
-            if m:
-                return m.start()
-            return self._last_piece_cut(text) if self.max_bytes else 0
+            if not m:
+                return self._last_piece_cut(text) if self.max_bytes else 0
+            # Before the last space -- or, with a cap, at a piece boundary of the pretoken
+            # after it (" " + 1 GB of CJK); after it when it starts the text.
+            after = m.end()
+            long_tail = self.max_bytes and len(text) - after > self.max_bytes // 4
+            piece = self._last_piece_cut(text[after:]) if long_tail else 0
+            return after + piece if piece else (m.start() or after)
         cutter = {"cl100k": _CUT_NOT_NEWLINE, "o200k": _CUT_NOT_NEWLINE, "whitespace": _CUT_SPACE_EDGE}.get(
             self.name, _CUT_ANY_SPACE)
         # A cut has a non-space before it, so none is in the spaces that end the text: the
@@ -534,6 +539,18 @@ class StreamSplitter:
         else:
             yield from self._cut_run()
 
+    def take_held(self) -> str:
+        """Everything held back, taken out (the splitter goes on as at a document's start):
+        text that starts where the last item ended, for a caller that counts it otherwise.
+
+        >>> stream = StreamSplitter(Pretokenizer.from_name("gpt2"), SpecialSplitter(["<|end|>"]))
+        >>> list(stream.feed("Hello wor")), stream.take_held(), stream.held_chars
+        ([], 'Hello wor', 0)
+        """
+        held = "".join(self._run) + self._pending
+        self._run, self._run_len, self._next_cut_try, self._pending = [], 0, 0, ""
+        return held
+
     def end_document(self) -> Iterator[tuple]:
         """Flushes everything held back: the document ends here."""
         yield from self.feed("", final=True)
@@ -667,7 +684,7 @@ def space_run_absorbed(name: str, before: Optional[str]) -> Optional[bool]:
     text) takes the CR and LF that start the run of spaces after it: cl100k's and o200k's
     ``[^\\s\\p{L}\\p{N}]+[\\r\\n]*`` does when ``before`` is neither a letter nor a number.
     None when it cannot be told from that character alone (o200k's marks end letter runs and
-    runs of the rest alike; a byte that is not UTF-8) -- then the planner leaves the run.
+    runs of the rest alike; a byte that is not UTF-8) -- then the planner asks ``regex``.
 
     >>> space_run_absorbed("cl100k", "!"), space_run_absorbed("cl100k", "a"), space_run_absorbed("o200k", "7")
     (True, False, False)

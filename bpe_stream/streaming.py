@@ -33,6 +33,8 @@ a count resumed from any of these cuts counts the rest of the whole.
 
 from __future__ import annotations
 
+import itertools
+import os
 from collections import deque
 from typing import BinaryIO, Iterable, Iterator, List, NamedTuple, Optional, Sequence, Tuple
 
@@ -49,7 +51,7 @@ from .pretokenize import (
     space_run_pretokens,
     splittable,
 )
-from .reader import InputError, decode_chunks
+from .reader import InputError, decode_chunks, from_bytes, to_bytes
 
 CUT_WINDOW = 1 << 16  # bytes read around a planned cut of a file
 
@@ -219,6 +221,8 @@ def _space_run_cuts(f: BinaryIO, floor: int, pos: int, end: int, pre: Pretokeniz
         if not any(f.read(run_start - max(floor, run_start - longest)).endswith(s) for s in specials):
             before = tail.decode("utf-8", "surrogateescape")[-1]
     absorbed = space_run_absorbed(pre.name, before)
+    if absorbed is None:
+        absorbed = _takes_a_newline(f, floor, run_start, pre, specials)
     own_start = lead_end if absorbed else run_start
     if absorbed is None or own_start - run_start > target:  # (left as it was: no cut found)
         return run_end, []
@@ -243,6 +247,22 @@ def _space_run_cuts(f: BinaryIO, floor: int, pos: int, end: int, pre: Pretokeniz
             cuts.append((q, True))
         cuts.append((b, False))
     return run_end, cuts
+
+
+def _takes_a_newline(f: BinaryIO, floor: int, at: int, pre: Pretokenizer, specials: Sequence[bytes]) -> Optional[bool]:
+    """Whether the pretoken that ends at ``at`` takes a newline after it, found by ``regex``:
+    the text from the last safe cut before ``at`` pretokenized with a newline after it (an
+    o200k mark may end a run of letters or one of the rest).  None when that cut is over a
+    read window back, or a special token is in the way."""
+    q = last_byte_cut(f, floor, at - 1, pre, specials)
+    if at - q > CUT_WINDOW:
+        return None
+    f.seek(q)
+    context = f.read(at - q)
+    if any(s in context for s in specials):
+        return None
+    last = Pretokenizer.from_name(pre.name).split(from_bytes(context) + "\n")[-1]
+    return last != "\n"
 
 
 def _piece_bound_from(f: BinaryIO, q: int, want: int, b: int, cap: int) -> int:
@@ -317,12 +337,18 @@ def byte_pieces(stream: BinaryIO, pre: Pretokenizer, specials: Sequence[bytes], 
 
 
 def text_pieces(stream: BinaryIO, splitter: StreamSplitter, limit: int, chunk_bytes: int,
-                strict: bool = False) -> Iterator[Tuple[list, bool]]:
+                strict: bool = False, spool_dir: Optional[str] = None) -> Iterator[Tuple[list, bool]]:
     """``(items, last)`` for lists of ``StreamSplitter`` items (``("text", piece)``, each
     pretokenized on its own as within the whole, and ``("special", token)``) of about
     ``limit`` characters of ``stream`` decoded (``reader.decode_chunks``, ``chunk_bytes`` at a
     time; ``strict``: invalid UTF-8 is an error); the last list (``last``: True, maybe empty)
     always comes.
+
+    With ``spool_dir`` (and a pretokenizer with byte-level cuts), text the splitter holds past
+    ``limit`` characters with no cut (a run of spaces whose pretokens wait for its end) is
+    written to a file there instead, up to the next byte-level cut, and comes as
+    ``("spool", Spooled)``: bytes from a safe cut to a safe cut, for the caller to count as a
+    file (``file_ranges``) and then ``remove``.
 
     >>> import io
     >>> from bpe_stream.pretokenize import SpecialSplitter
@@ -335,14 +361,113 @@ def text_pieces(stream: BinaryIO, splitter: StreamSplitter, limit: int, chunk_by
     """
     items: list = []
     size = 0
-    for text, _, _, final in decode_chunks(stream, chunk_bytes, strict):
-        for item in splitter.feed(text, final=final):
-            items.append(item)
-            size += len(item[1])
-        if size >= limit:
-            yield items, False
-            items, size = [], 0
-    yield items, True
+    spool_ok = spool_dir is not None and splittable(splitter.pre)
+    spool = None
+    try:
+        for text, _, _, final in decode_chunks(stream, chunk_bytes, strict):
+            if spool is not None:
+                text = spool.feed(text, final)
+                if text is None:
+                    continue
+                items.append(("spool", spool.done()))
+                spool = None
+            for item in splitter.feed(text, final=final):
+                items.append(item)
+                size += len(item[1])
+            if spool_ok and not final and splitter.held_chars > limit:
+                spool = _Spool(spool_dir, splitter.pre, splitter.specials.tokens, splitter.take_held())
+            if size >= limit:
+                yield items, False
+                items, size = [], 0
+        if spool is not None:  # (the stream ended with no final chunk after it began)
+            spool.feed("", True)
+            items.append(("spool", spool.done()))
+            spool = None
+        yield items, True
+    finally:
+        if spool is not None:
+            spool.discard()
+        for kind, value in items:
+            if kind == "spool":
+                value.remove()
+
+
+class Spooled(NamedTuple):
+    """Bytes of a stream written to ``path`` (``size`` of them), from a safe cut to one."""
+
+    path: str
+    size: int
+
+    def remove(self) -> None:
+        try:
+            os.unlink(self.path)
+        except FileNotFoundError:
+            pass
+
+
+SPOOL_PREFIX = "stdin-spool-"
+
+
+class _Spool:
+    """Text with no cut yet, written to a new file in ``directory`` as it comes, until a
+    byte-level cut (``find_byte_cut``) or the stream's end.  Files of earlier processes that
+    were killed while spooling are removed when a new one starts."""
+
+    def __init__(self, directory: str, pre: Pretokenizer, specials: Sequence[str], held: str):
+        _remove_stale_spools(directory)
+        self.pre = pre
+        self.specials = [t.encode("utf-8") for t in specials]
+        self.keep = 8 + max([0] + [len(t) for t in self.specials])  # bytes a cut's checks look back
+        self.path = os.path.join(directory, f"{SPOOL_PREFIX}{os.getpid()}-{next(_SPOOL_IDS)}.tmp")
+        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        self.f = os.fdopen(fd, "wb")
+        data = to_bytes(held)
+        self.f.write(data)
+        self.size, self.tail = len(data), data[-self.keep:]
+
+    def feed(self, text: str, final: bool) -> Optional[str]:
+        """Spools ``text``; at a cut, the spool ends there and the text after it is returned
+        (None: no cut yet).  ``final``: the stream ends after ``text`` (then "" is returned)."""
+        data = to_bytes(text)
+        window = self.tail + data
+        cut = -1 if final else find_byte_cut(window, 4, self.pre, self.specials)
+        if cut < 0:
+            self.f.write(data)
+            self.size += len(data)
+            self.tail = window[-self.keep:]
+            return "" if final else None
+        at = self.size - len(self.tail) + cut  # the cut in the file
+        if cut >= len(self.tail):
+            self.f.write(window[len(self.tail):cut])
+        else:
+            self.f.flush()
+            self.f.truncate(at)
+        self.size = at
+        return from_bytes(window[cut:])
+
+    def done(self) -> Spooled:
+        self.f.close()
+        return Spooled(self.path, self.size)
+
+    def discard(self) -> None:
+        self.f.close()
+        Spooled(self.path, self.size).remove()
+
+
+_SPOOL_IDS = itertools.count()
+
+
+def _remove_stale_spools(directory: str) -> None:
+    for name in os.listdir(directory):
+        if not (name.startswith(SPOOL_PREFIX) and name.endswith(".tmp")):
+            continue
+        try:
+            pid = int(name[len(SPOOL_PREFIX):].split("-")[0])
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            Spooled(os.path.join(directory, name), 0).remove()
+        except (ValueError, PermissionError):
+            pass
 
 
 class Window:

@@ -253,9 +253,11 @@ run_doc = st.lists(st.one_of(st.sampled_from(WORDS), st.sampled_from(SPECIAL_TOK
 @pytest.mark.parametrize("name", ["gpt2", "cl100k", "o200k", "whitespace"])
 @fewer_examples(30)
 @given(text=run_doc, range_bytes=st.integers(1, 80), cap=st.integers(4, 16), workers=st.sampled_from([1, 2]),
-       python_table=st.booleans())
+       python_table=st.booleans(), stream=st.booleans())
 def test_stores_of_long_runs_of_spaces_equal_the_plain_path(tmp_path, name, text, range_bytes, cap, workers,
-                                                           python_table):
+                                                           python_table, stream):
+    """... from a file, or as a stream (stdin's path: text held past a piece with no cut is
+    spooled to the store's directory and counted as a file; no spool is left behind)."""
     work = Path(tempfile.mkdtemp(dir=tmp_path))
     path = work / "doc.txt"
     data = to_bytes(text)
@@ -271,11 +273,13 @@ def test_stores_of_long_runs_of_spaces_equal_the_plain_path(tmp_path, name, text
         mp.setattr(counting, "MIN_BALANCED_RANGE", 1)
         if python_table:
             mp.setattr(counting, "CountTable", PyCountTable)
+        source = Source(str(path), b"-", stream=True) if stream else Source.from_arg(str(path))
         with Store.open(str(work / "store"), create=True) as st_:
-            count_sources(st_, [Source.from_arg(str(path))], settings_, workers=workers, range_bytes=range_bytes)
+            count_sources(st_, [source], settings_, workers=workers, range_bytes=range_bytes, chunk_bytes=16)
     words, totals = _store_words(work / "store")
     assert words == dict(expected)
     assert totals["pretokens"] == sum(expected.values()) and totals["bytes"] == len(data)
+    assert not [p for p in (work / "store").iterdir() if p.name.startswith(streaming.SPOOL_PREFIX)]
 
 
 # -- the reference corpora, through the store --------------------------------------------------

@@ -160,6 +160,21 @@ def test_stdin_is_decompressed_by_its_first_bytes(bpe, tmp_path, how):
     assert content(tmp_path / "packed") == content(tmp_path / "plain")
 
 
+@pytest.mark.parametrize("name", ["cl100k", "o200k"])
+def test_stdin_spools_a_long_run_of_spaces_and_counts_what_the_file_counts(bpe, tmp_path, name):
+    """cl100k's and o200k's spaces after a newline wait for the run's end; piped in, a run
+    longer than a piece (64 kB under --max-memory 16M) is spooled to the store's directory,
+    counted as a file and removed: the store equals the file's, and no spool is left.  (That
+    the splitter then holds little is tests/test_streaming.py's.)"""
+    text = b"word\n" + b" " * 700_000 + b"\nword\n" + b"\n" + b"\t" * 300_000 + b"end"
+    (tmp_path / "runs.txt").write_bytes(text)
+    args = ("--pretokenizer", name, "--max-memory", "16M", "--max-token-bytes", "4096")
+    ok(bpe("count", "--store", "file", *args, "runs.txt"))
+    ok(bpe("count", "--store", "piped", *args, "-", input=text))
+    assert content(tmp_path / "piped") == content(tmp_path / "file")
+    assert sorted(p.name for p in (tmp_path / "piped").iterdir()) == sorted(p.name for p in (tmp_path / "file").iterdir())
+
+
 def test_stdin_jsonl_compressed(bpe, tmp_path):
     for i, doc in enumerate(DOCS[:30]):
         (tmp_path / f"d{i}.txt").write_bytes(doc)

@@ -12,6 +12,7 @@ flight (none for an inline runner) and forgets what it discards.
 from __future__ import annotations
 
 import io
+import os
 from collections import Counter
 
 import pytest
@@ -23,7 +24,7 @@ from hypothesis import strategies as st
 from bpe_stream import streaming
 from bpe_stream.count_table import CountTable
 from bpe_stream.counting import (count_data_piece, count_range, count_range_into, count_text, make_settings,
-                                 native_countable, pretokenizer_of)
+                                 native_countable, pretokenizer_of, range_settings)
 from bpe_stream.pretokenize import SpecialSplitter, StreamSplitter, splittable
 from bpe_stream.reader import to_bytes
 from bpe_stream.runner import LocalRunner, ThreadRunner
@@ -73,7 +74,7 @@ def range_pretokens(data: bytes, r, settings: dict) -> list:
 
 def unit_settings(r, settings: dict) -> dict:
     """The settings a range is counted with (as ``counting.count_sources`` does)."""
-    return dict(settings, pretokenizer="none", pattern=None) if r.one_pretoken else settings
+    return range_settings(settings, r.one_pretoken)
 
 
 def assert_cover(parts: list, start: int, end: int) -> None:
@@ -140,14 +141,16 @@ def test_file_ranges_of_a_long_run_without_a_cut_stay_bounded_with_a_cap(tmp_pat
 # their pieces' boundaries still bound the ranges -- found from the pretoken's start, or for
 # a run of spaces from where the run ends (cl100k's and o200k's spaces up to the last
 # newline are one pretoken; ranges inside it are ``one_pretoken``).  (Not bounded, as
-# before: CJK after punctuation with a target this small, below the family cuts' window; a
-# run of spaces after an o200k mark.)
+# before: CJK after punctuation with a target this small, below the family cuts' window.)
 LONG_RUNS = {"spaces": b" " * 200_000, "tabs and newlines": b" \t\n" * 70_000, "CJK": "中文字符".encode() * 20_000,
              "newline, spaces": b"\n" + b" " * 200_000, "newline, spaces, newline": b"\n" + b" " * 200_000 + b"\n",
              "ideographic spaces, a newline": ("\u3000" * 60_000 + "\n" + "\u3000" * 10_000).encode(),
              "no-break spaces": "\u00a0".encode() * 100_000}
 SPACE_KINDS = [kind for kind in LONG_RUNS if kind != "CJK"]
+LONG_RUNS["newline, spaces after a mark"] = "!!\u0301\n".encode() + b" " * 200_000 + b"\n"
+LONG_RUNS["newline, spaces after a mark of letters"] = "e\u0301\n".encode() + b" " * 200_000 + b"\n"
 BOUNDED = [(name, kind) for name in ("gpt2", "cl100k", "o200k", "whitespace") for kind in SPACE_KINDS] + [
+    ("o200k", "newline, spaces after a mark"), ("o200k", "newline, spaces after a mark of letters"),
     ("gpt2", "CJK"), ("cl100k", "CJK"), ("o200k", "CJK"), ("whitespace", "CJK"), ("words", "CJK"),
     ("words", "spaces"), ("words", "tabs and newlines")]
 
@@ -273,6 +276,67 @@ def test_text_pieces_cover_the_stream_and_pretokenize_as_the_whole(data, setting
     # each text item pretokenized on its own (as a worker does), special tokens as themselves
     alone = [to_bytes(t) for kind, value in items for t in ([value] if kind == "special" else pre.split(value))]
     assert alone == pretokens(data, settings)
+
+
+@fewer_examples(100)
+@given(DOC, st.sampled_from(SETTINGS), st.integers(min_value=1, max_value=48), st.integers(min_value=1, max_value=9))
+def test_text_pieces_spool_what_they_cannot_cut_and_cover_the_stream(tmp_path_factory, data, settings, limit,
+                                                                    chunk_bytes):
+    """With a spool directory: the text items, special tokens and spooled files (each counted
+    as a file is: its ranges) give the pretokens of the whole; the splitter never holds much
+    more than ``limit``; nothing is left in the directory once the spools are removed."""
+    spool_dir = tmp_path_factory.mktemp("spool")
+    pre = pretokenizer_of(settings)
+    splitter = StreamSplitter(pre, SpecialSplitter(settings["special_tokens"]))
+    held, out, joined = 0, [], b""
+    for items, _ in text_pieces(io.BytesIO(data), splitter, limit, chunk_bytes, spool_dir=str(spool_dir)):
+        held = max(held, splitter.held_chars)
+        for kind, value in items:
+            if kind == "spool":
+                spooled = open(value.path, "rb").read()
+                assert len(spooled) == value.size
+                joined += spooled
+                for r in file_ranges(value.path, 0, value.size, pre, specials_of(settings), limit):
+                    out += range_pretokens(spooled, r, settings)
+                value.remove()
+            else:
+                joined += to_bytes(value)
+                out += [to_bytes(value)] if kind == "special" else [to_bytes(t) for t in pre.split(value)]
+    assert joined == data and out == pretokens(data, settings)
+    assert held <= limit + 9 + max(map(len, settings["special_tokens"]), default=0)
+    assert not list(spool_dir.iterdir())
+
+
+def test_a_spool_is_removed_when_the_count_is_interrupted_and_a_killed_ones_at_the_next(tmp_path):
+    """Ctrl-C while a run is spooled (the read raises) leaves no spool; one that a killed
+    process left (its pid gone) is removed when the next spool starts, and a live process's
+    is left alone."""
+    import subprocess
+    import sys
+
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    stale = tmp_path / f"{streaming.SPOOL_PREFIX}{int(dead.stdout)}-0.tmp"
+    stale.write_bytes(b" " * 10)
+    live = tmp_path / f"{streaming.SPOOL_PREFIX}{os.getpid()}-999.tmp"
+    live.write_bytes(b" ")
+    seen = []
+
+    class Interrupted(io.RawIOBase):
+        reads = 0
+
+        def read(self, n=-1):
+            self.reads += 1
+            if self.reads == 40:
+                seen.extend(p.name for p in tmp_path.iterdir())
+                raise KeyboardInterrupt
+            return b"word\n" if self.reads == 1 else b" " * 64
+
+    settings = make_settings("cl100k", [], max_token_bytes=16)
+    splitter = StreamSplitter(pretokenizer_of(settings), SpecialSplitter([]))
+    with pytest.raises(KeyboardInterrupt):
+        list(text_pieces(Interrupted(), splitter, 100, 64, spool_dir=str(tmp_path)))
+    assert stale.name not in seen and len(seen) == 2  # (the live one and the spool in progress)
+    assert [p.name for p in tmp_path.iterdir()] == [live.name]
 
 
 @pytest.fixture(scope="module")
