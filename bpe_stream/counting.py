@@ -69,7 +69,7 @@ from .reader import CHUNK_BYTES, InputError, Source, decode_chunks, from_bytes, 
 from .scan import NATIVE_PATTERNS, first_invalid_utf8
 from .sources import Claims, FilePlan, HashedBeside, RangeCheck, SameBytes, feed, plan_files, range_hasher
 from .store import SortedCounts, Store, StoreError
-from .streaming import Window, file_ranges, text_pieces
+from .streaming import Spooled, Window, file_ranges, remove_own_spools, text_pieces
 
 # Bytes one counter entry costs in CPython (a str key, a dict slot, an int), rounded up
 # from a measurement (performance notes above).
@@ -397,6 +397,28 @@ def count_data_piece(data: bytes, settings: dict, strict_utf8: bool, offset: int
     return partial.to_bytes_keys()
 
 
+def count_spooled(path: str, size: int, settings: dict, strict_utf8: bool, offset: int, range_bytes: int) -> PartialCounts:
+    """The counting unit of a spooled stretch of a stream (``streaming.Spooled``: ``size``
+    bytes at ``path`` that were at ``offset`` in the stream, from a safe cut to one): counted
+    as a file's ranges are (``file_ranges``, a range at a time), as one packed result; the
+    spool is removed."""
+    try:
+        pre, specials = pretokenizer_of(settings), [t.encode("utf-8") for t in settings["special_tokens"]]
+        partial, table = PartialCounts(), CountTable()
+        for r in file_ranges(path, 0, size, pre, specials, range_bytes):
+            data = _read_range(path, r.start, r.end, False)
+            if strict_utf8:
+                bad = first_invalid_utf8(data)
+                if bad >= 0:
+                    raise InputError(invalid_utf8_message(offset + r.start + bad))
+            partial.bytes += len(data)
+            count_bytes(data, range_settings(settings, r.one_pretoken), partial, table)
+            del data
+        return _packed(partial, table)
+    finally:
+        Spooled(path, size).remove()
+
+
 def _count_documents(docs, settings: dict) -> PartialCounts:
     """Counts each document of ``docs`` ((bytes or None for a skipped record, number)) on its
     own: no pretoken spans two documents, as if each were a file."""
@@ -706,7 +728,8 @@ def count_sources(
         hasher = range_hasher()
         raw_before = 0
         start = plan.start if plan is not None else 0
-        pieces = count_pieces(source, source.form, start, settings, strict_utf8, skip_bad_records, range_bytes, hasher)
+        pieces = count_pieces(source, source.form, start, settings, strict_utf8, skip_bad_records, range_bytes, hasher,
+                              spool_dir)
         for piece in pieces:
             meta = (_DOCUMENTS, plan, source.form, piece.end, piece.last, piece.raw - raw_before, hasher)
             raw_before = piece.raw
@@ -722,6 +745,9 @@ def count_sources(
         runner = ThreadRunner(n) if n > 1 and plain and native_countable(settings) else LocalRunner(n)
     summary.workers = getattr(runner, "workers", workers)
     window = Window(runner)
+    # Text of a stream with no cut for long goes to a file in the store's directory (on its
+    # disk): counted there by this process (stdin) or a worker on this machine (documents).
+    spool_dir = store.path if isinstance(runner, (LocalRunner, ThreadRunner)) else None
     pre, specials = pretokenizer_of(settings), [t.encode("utf-8") for t in settings["special_tokens"]]
     given_names = {os.path.abspath(s.name): s.name for s in sources if not s.is_stdin}
     try:
@@ -786,6 +812,8 @@ def count_sources(
         window.discard()
         runner.close()
         claims.close()
+        if spool_dir is not None:
+            remove_own_spools(spool_dir)
     summary.seconds = time.monotonic() - started
     return summary
 

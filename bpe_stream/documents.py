@@ -35,7 +35,7 @@ from typing import BinaryIO, Callable, Iterator, List, Optional, Tuple
 
 from .reader import CHUNK_BYTES, STDIN, InputError, Source, from_bytes, invalid_utf8_message
 from .scan import first_invalid_utf8
-from .streaming import byte_pieces
+from .streaming import Spooled, byte_pieces
 
 INPUT_FORMATS = ("auto", "text", "jsonl", "parquet")
 COMPRESSIONS = {".gz": "gzip", ".zst": "zstd", ".xz": "xz", ".bz2": "bz2"}
@@ -503,9 +503,11 @@ class Piece:
 
 
 def count_pieces(source: Source, form: InputForm, start: int, settings: dict, strict: bool, skip_bad: bool,
-                 piece_bytes: int, hasher=None) -> Iterator[Piece]:
-    """The tasks that count ``source`` from ``start`` (uncompressed offset, or row groups) on."""
-    from .counting import count_data_piece, count_jsonl_piece, count_parquet_group, pretokenizer_of
+                 piece_bytes: int, hasher=None, spool_dir: Optional[str] = None) -> Iterator[Piece]:
+    """The tasks that count ``source`` from ``start`` (uncompressed offset, or row groups) on.
+    ``spool_dir``: where text with no cut for twice a piece is spooled (``streaming.byte_pieces``)
+    and counted from as a file; the task removes its spool."""
+    from .counting import count_data_piece, count_jsonl_piece, count_parquet_group, count_spooled, pretokenizer_of
 
     if form.records == "parquet":
         groups = parquet_row_groups(source.name)
@@ -553,10 +555,15 @@ def count_pieces(source: Source, form: InputForm, start: int, settings: dict, st
         # other cut is cut between its pieces, so a piece stays bounded.
         specials = [s.encode("utf-8") for s in settings["special_tokens"]]
         pending = None
-        for data, at in byte_pieces(stream, pretokenizer_of(settings), specials, piece_bytes, CHUNK_BYTES, offset):
+        pieces = byte_pieces(stream, pretokenizer_of(settings), specials, piece_bytes, CHUNK_BYTES, offset, spool_dir)
+        for data, at in pieces:
             if pending is not None:
                 yield pending
-            pending = Piece(count_data_piece, (data, settings, strict, at), at + len(data), raw.bytes, False)
+            if isinstance(data, Spooled):
+                args = (data.path, data.size, settings, strict, at, piece_bytes)
+                pending = Piece(count_spooled, args, at + data.size, raw.bytes, False)
+            else:
+                pending = Piece(count_data_piece, (data, settings, strict, at), at + len(data), raw.bytes, False)
         raw.finish()
         if not source.is_stdin:
             _check_unchanged(source, raw.f)

@@ -661,7 +661,13 @@ def last_piece_byte_cut(data: bytes, pre: Pretokenizer, specials: Sequence[bytes
         return -1
     text = codecs.getincrementaldecoder("utf-8")("surrogateescape").decode(bytes(data), final=False)
     i = pre.safe_cut(text)
-    return len(text[:i].encode("utf-8", "surrogateescape")) if i > 0 else -1
+    if i <= 0:
+        return -1
+    cut = len(text[:i].encode("utf-8", "surrogateescape"))
+    longest = max((len(s) for s in specials), default=0)
+    if longest and (cut + longest > len(data) or _straddled(data, cut, specials, longest)):
+        return -1  # (a special token may start before the cut and end after it: "<|a" + " b|>")
+    return cut
 
 
 # -- runs of spaces whose pretokens depend on where the run ends --------------------------

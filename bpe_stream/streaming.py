@@ -297,11 +297,13 @@ def _piece_cut_from(f: BinaryIO, origin: int, end: int, pre: Pretokenizer, speci
 
 
 def byte_pieces(stream: BinaryIO, pre: Pretokenizer, specials: Sequence[bytes], limit: int, chunk_bytes: int,
-                offset: int = 0) -> Iterator[Tuple[bytes, int]]:
+                offset: int = 0, spool_dir: Optional[str] = None) -> Iterator[Tuple[bytes, int]]:
     """``(piece, where it starts)`` for pieces of ``stream`` (which starts at ``offset``, a safe
     cut) of about ``limit`` bytes that end at safe cuts, read ``chunk_bytes`` at a time; the
     whole stream as one piece for a pretokenizer without byte-level cuts.  Nothing for an
-    empty stream.  A failed read is an ``InputError``.
+    empty stream.  A failed read is an ``InputError``.  With ``spool_dir``, bytes with no cut
+    past twice ``limit`` are spooled there as :func:`text_pieces` does, and come as
+    ``(Spooled, where it starts)``.
 
     >>> import io
     >>> list(byte_pieces(io.BytesIO(b"Hello world, hello again"), Pretokenizer.from_name("gpt2"), [], 8, 5))
@@ -313,27 +315,44 @@ def byte_pieces(stream: BinaryIO, pre: Pretokenizer, specials: Sequence[bytes], 
     read = stream.read
     buf = bytearray()  # appended to and cut from the front in amortized O(1): text without a cut stays linear
     scan = 0  # no cut in buf before this (but for a special that may straddle the end)
-    while True:
-        try:
-            block = read(chunk_bytes)
-        except OSError as exc:
-            raise InputError(f"read failed ({exc.strerror})") from None
-        if not block:
-            break
-        buf += block
-        while cut_ok and len(buf) >= limit:
-            cut = find_byte_cut(buf, max(scan, limit), pre, specials)
-            if cut < 0 and len(buf) >= 2 * limit:  # a run with no cut: a cap's piece boundary, if any
-                cut = last_piece_byte_cut(buf, pre, specials)
-            if cut < 0:
-                scan = max(scan, len(buf) - back)
+    spool = None
+    try:
+        while True:
+            try:
+                block = read(chunk_bytes)
+            except OSError as exc:
+                raise InputError(f"read failed ({exc.strerror})") from None
+            if spool is not None:
+                rest = spool.feed(block, not block)
+                if rest is None:
+                    continue
+                done, spool = spool.done(), None
+                yield done, offset
+                offset += done.size
+                buf, scan = bytearray(rest), 0
+            else:
+                buf += block
+            if not block:
                 break
-            yield bytes(buf[:cut]), offset
-            del buf[:cut]
-            offset += cut
-            scan = 0
-    if buf:
-        yield bytes(buf), offset
+            while cut_ok and len(buf) >= limit:
+                cut = find_byte_cut(buf, max(scan, limit), pre, specials)
+                if cut < 0 and len(buf) >= 2 * limit:  # a run with no cut: a cap's piece boundary, if any
+                    cut = last_piece_byte_cut(buf, pre, specials)
+                    if cut < 0 and spool_dir is not None:  # (or none yet: to a file, not memory)
+                        spool, buf = _Spool(spool_dir, pre, specials, bytes(buf)), bytearray()
+                        break
+                if cut < 0:
+                    scan = max(scan, len(buf) - back)
+                    break
+                yield bytes(buf[:cut]), offset
+                del buf[:cut]
+                offset += cut
+                scan = 0
+        if buf:
+            yield bytes(buf), offset
+    finally:
+        if spool is not None:
+            spool.discard()
 
 
 def text_pieces(stream: BinaryIO, splitter: StreamSplitter, limit: int, chunk_bytes: int,
@@ -366,21 +385,22 @@ def text_pieces(stream: BinaryIO, splitter: StreamSplitter, limit: int, chunk_by
     try:
         for text, _, _, final in decode_chunks(stream, chunk_bytes, strict):
             if spool is not None:
-                text = spool.feed(text, final)
-                if text is None:
+                rest = spool.feed(to_bytes(text), final)
+                if rest is None:
                     continue
                 items.append(("spool", spool.done()))
-                spool = None
+                spool, text = None, from_bytes(rest)
             for item in splitter.feed(text, final=final):
                 items.append(item)
                 size += len(item[1])
             if spool_ok and not final and splitter.held_chars > limit:
-                spool = _Spool(spool_dir, splitter.pre, splitter.specials.tokens, splitter.take_held())
+                specials = [t.encode("utf-8") for t in splitter.specials.tokens]
+                spool = _Spool(spool_dir, splitter.pre, specials, to_bytes(splitter.take_held()))
             if size >= limit:
                 yield items, False
                 items, size = [], 0
         if spool is not None:  # (the stream ended with no final chunk after it began)
-            spool.feed("", True)
+            spool.feed(b"", True)
             items.append(("spool", spool.done()))
             spool = None
         yield items, True
@@ -409,33 +429,30 @@ SPOOL_PREFIX = "stdin-spool-"
 
 
 class _Spool:
-    """Text with no cut yet, written to a new file in ``directory`` as it comes, until a
+    """Bytes with no cut yet, written to a new file in ``directory`` as they come, until a
     byte-level cut (``find_byte_cut``) or the stream's end.  Files of earlier processes that
     were killed while spooling are removed when a new one starts."""
 
-    def __init__(self, directory: str, pre: Pretokenizer, specials: Sequence[str], held: str):
+    def __init__(self, directory: str, pre: Pretokenizer, specials: Sequence[bytes], held: bytes):
         _remove_stale_spools(directory)
-        self.pre = pre
-        self.specials = [t.encode("utf-8") for t in specials]
+        self.pre, self.specials = pre, list(specials)
         self.keep = 8 + max([0] + [len(t) for t in self.specials])  # bytes a cut's checks look back
         self.path = os.path.join(directory, f"{SPOOL_PREFIX}{os.getpid()}-{next(_SPOOL_IDS)}.tmp")
         fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
         self.f = os.fdopen(fd, "wb")
-        data = to_bytes(held)
-        self.f.write(data)
-        self.size, self.tail = len(data), data[-self.keep:]
+        self.f.write(held)
+        self.size, self.tail = len(held), bytes(held[-self.keep:])
 
-    def feed(self, text: str, final: bool) -> Optional[str]:
-        """Spools ``text``; at a cut, the spool ends there and the text after it is returned
-        (None: no cut yet).  ``final``: the stream ends after ``text`` (then "" is returned)."""
-        data = to_bytes(text)
+    def feed(self, data: bytes, final: bool) -> Optional[bytes]:
+        """Spools ``data``; at a cut, the spool ends there and the bytes after it are returned
+        (None: no cut yet).  ``final``: the stream ends after ``data`` (then b"" is returned)."""
         window = self.tail + data
         cut = -1 if final else find_byte_cut(window, 4, self.pre, self.specials)
         if cut < 0:
             self.f.write(data)
             self.size += len(data)
             self.tail = window[-self.keep:]
-            return "" if final else None
+            return b"" if final else None
         at = self.size - len(self.tail) + cut  # the cut in the file
         if cut >= len(self.tail):
             self.f.write(window[len(self.tail):cut])
@@ -443,7 +460,7 @@ class _Spool:
             self.f.flush()
             self.f.truncate(at)
         self.size = at
-        return from_bytes(window[cut:])
+        return window[cut:]
 
     def done(self) -> Spooled:
         self.f.close()
@@ -458,16 +475,30 @@ _SPOOL_IDS = itertools.count()
 
 
 def _remove_stale_spools(directory: str) -> None:
-    for name in os.listdir(directory):
-        if not (name.startswith(SPOOL_PREFIX) and name.endswith(".tmp")):
-            continue
+    for name, pid in _spools_in(directory):
         try:
-            pid = int(name[len(SPOOL_PREFIX):].split("-")[0])
             os.kill(pid, 0)
         except ProcessLookupError:
             Spooled(os.path.join(directory, name), 0).remove()
-        except (ValueError, PermissionError):
+        except PermissionError:
             pass
+
+
+def remove_own_spools(directory: str) -> None:
+    """Removes this process's spools in ``directory``: those whose task never ran (a count
+    that stopped with an error, its tasks in flight dropped)."""
+    for name, pid in _spools_in(directory):
+        if pid == os.getpid():
+            Spooled(os.path.join(directory, name), 0).remove()
+
+
+def _spools_in(directory: str) -> Iterator[Tuple[str, int]]:
+    for name in os.listdir(directory):
+        if name.startswith(SPOOL_PREFIX) and name.endswith(".tmp"):
+            try:
+                yield name, int(name[len(SPOOL_PREFIX):].split("-")[0])
+            except ValueError:
+                pass
 
 
 class Window:

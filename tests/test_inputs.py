@@ -175,6 +175,26 @@ def test_stdin_spools_a_long_run_of_spaces_and_counts_what_the_file_counts(bpe, 
     assert sorted(p.name for p in (tmp_path / "piped").iterdir()) == sorted(p.name for p in (tmp_path / "file").iterdir())
 
 
+@pytest.mark.parametrize("name", ["cl100k", "o200k"])
+def test_a_compressed_long_run_of_spaces_is_spooled_and_counted_as_the_text(bpe, tmp_path, name):
+    """The same runs gzipped: the decompressed text with no cut is spooled and counted by a
+    worker as a file (2 workers), the store equals the plain text's; with --strict-utf8 a bad
+    byte inside a spooled stretch is named at its offset in the text, and no spool is left."""
+    text = b"word\n" + b" " * 700_000 + b"\nword\n" + b"\n" + b"\t" * 300_000 + b"end"
+    (tmp_path / "runs.txt").write_bytes(text)
+    (tmp_path / "runs.txt.gz").write_bytes(gzip.compress(text, 1))
+    args = ("--pretokenizer", name, "--max-memory", "16M", "--max-token-bytes", "4096", "-w", "2")
+    ok(bpe("count", "--store", "plain", *args, "runs.txt"))
+    ok(bpe("count", "--store", "packed", *args, "runs.txt.gz"))
+    assert content(tmp_path / "packed") == content(tmp_path / "plain")
+    bad = text[:400_000] + b"\xff" + text[400_000:]
+    (tmp_path / "bad.txt.gz").write_bytes(gzip.compress(bad, 1))
+    res = bpe("count", "--store", "bad", *args, "--strict-utf8", "bad.txt.gz")
+    assert_clean_error(res, "invalid UTF-8 at byte offset 400000;")
+    for store in ("plain", "packed", "bad"):
+        assert not [p for p in (tmp_path / store).iterdir() if p.name.startswith("stdin-spool-")]
+
+
 def test_stdin_jsonl_compressed(bpe, tmp_path):
     for i, doc in enumerate(DOCS[:30]):
         (tmp_path / f"d{i}.txt").write_bytes(doc)

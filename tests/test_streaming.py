@@ -253,6 +253,43 @@ def test_byte_pieces_cover_the_stream_and_cut_only_at_safe_points(data, settings
     assert counted == bytes_counts([count_data_piece(data, settings, False, 0)])
 
 
+@fewer_examples(100)
+@given(st.one_of(DOC, RUN_DOC), st.sampled_from(SETTINGS), st.integers(min_value=1, max_value=48),
+       st.integers(min_value=1, max_value=9))
+def test_byte_pieces_spool_what_they_cannot_cut_and_count_as_the_whole(tmp_path_factory, data, settings, limit,
+                                                                      chunk_bytes):
+    """With a spool directory: pieces and spools follow each other over the stream, a spool
+    counted by ``count_spooled`` (which removes it) and the pieces as before give the counts
+    of the whole."""
+    from bpe_stream.counting import count_spooled
+
+    spool_dir = tmp_path_factory.mktemp("spool")
+    pre, specials = pretokenizer_of(settings), specials_of(settings)
+    parts, joined = [], b""
+    for piece, at in byte_pieces(io.BytesIO(data), pre, specials, limit, chunk_bytes, 0, str(spool_dir)):
+        if isinstance(piece, streaming.Spooled):
+            spooled = open(piece.path, "rb").read()
+            assert len(spooled) == piece.size and joined == data[:at]
+            joined += spooled
+            parts.append(count_spooled(piece.path, piece.size, settings, False, at, limit))
+        else:
+            assert joined == data[:at]
+            joined += piece
+            parts.append(count_data_piece(piece, settings, False, at))
+    assert joined == data
+    assert bytes_counts(parts) == bytes_counts([count_data_piece(data, settings, False, 0)])
+    assert not list(spool_dir.iterdir())
+
+
+def test_a_piece_cut_is_never_inside_a_special_token_that_the_buffer_has_not_seen_whole():
+    """With 'hello<|a b' read (one byte at a time, pieces of 5), the cap's piece cut before ' b'
+    would split the special token '<|a b|>' that the next bytes complete (found by the
+    hypothesis test of spools; the cut is only taken a special token's length before the end)."""
+    settings = make_settings("gpt2", ["<|a b|>", EOT])
+    pieces = list(byte_pieces(io.BytesIO(b"hello<|a b|>"), pretokenizer_of(settings), specials_of(settings), 5, 1))
+    assert [t for p, _ in pieces for t in pretokens(p, settings)] == [b"hello", b"<|a b|>"]
+
+
 def test_byte_pieces_turn_a_failed_read_into_an_input_error():
     from bpe_stream.reader import InputError
 
