@@ -59,6 +59,7 @@ asan: install
 bench: install
 	$(PY) -m pip install -q -e '.[dev,bench]'
 	$(PY) benchmarks/run_bench.py
+	$(PY) benchmarks/count_budget.py --dir build/count-budget
 
 # Kill/rerun, concurrency and creation races repeated for minutes (issue 7), outside make test.
 stress: install
