@@ -348,11 +348,9 @@ def test_a_spool_is_removed_when_the_count_is_interrupted_and_a_killed_ones_at_t
     """Ctrl-C while a run is spooled (the read raises) leaves no spool; one that a killed
     process left (its pid gone) is removed when the next spool starts, and a live process's
     is left alone."""
-    import subprocess
-    import sys
-
-    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
-    stale = tmp_path / f"{streaming.SPOOL_PREFIX}{int(dead.stdout)}-0.tmp"
+    with open("/proc/sys/kernel/pid_max") as f:
+        dead = int(f.read()) + 1  # (no process has it: never reused, unlike a finished one's)
+    stale = tmp_path / f"{streaming.SPOOL_PREFIX}{dead}-0.tmp"
     stale.write_bytes(b" " * 10)
     live = tmp_path / f"{streaming.SPOOL_PREFIX}{os.getpid()}-999.tmp"
     live.write_bytes(b" ")
