@@ -874,8 +874,7 @@ def _count_stdin(source: Source, settings: dict, window: Window, strict_utf8: bo
     and count them.  Text with no cut for more than a piece (a run of spaces after a newline,
     whose pretokens wait for its end) is spooled to a file in ``spool_dir`` (the store's
     directory, on its disk) and counted from there as a file's ranges are."""
-    pre, specials = pretokenizer_of(settings), [t.encode("utf-8") for t in settings["special_tokens"]]
-    splitter = StreamSplitter(pre, SpecialSplitter(settings["special_tokens"]))
+    splitter = StreamSplitter(pretokenizer_of(settings), SpecialSplitter(settings["special_tokens"]))
     for items, last in text_pieces(source.open(), splitter, piece_bytes, chunk_bytes, strict_utf8, spool_dir):
         pieces = [value for kind, value in items if kind == "text"]
         found = [value for kind, value in items if kind == "special"]
@@ -883,13 +882,8 @@ def _count_stdin(source: Source, settings: dict, window: Window, strict_utf8: bo
         args = (settings, pieces, len(found), sum(len(to_bytes(s)) for s in found))
         del items
         yield from window.submit(_count_pieces, args, (None, 0, 0, last))
-        for spool in spooled:  # (counted here, as a file, then removed)
-            try:
-                for r in file_ranges(spool.path, 0, spool.size, pre, specials, piece_bytes):
-                    yield (None, 0, 0, False), count_range(spool.path, r.start, r.end, range_settings(settings, r.one_pretoken),
-                                                          packed=True, bytes_keys=True)
-            finally:
-                spool.remove()
+        for spool in spooled:  # (counted here, where the spool is, and removed)
+            yield (None, 0, 0, False), count_spooled(spool.path, spool.size, settings, False, 0, piece_bytes)
 
 
 def _count_pieces(settings: dict, pieces: List[str], n_specials: int, special_bytes: int) -> PartialCounts:

@@ -96,6 +96,7 @@ _CUT_BEFORE_SPACE = _Lazy(r"(?r)\s")
 _CUT_NOT_NEWLINE = _Lazy(r"(?r)(?<=\S)[^\S\r\n]")
 # whitespace (\s+|\S+) changes pretoken wherever a space meets a non-space, either way round.
 _CUT_SPACE_EDGE = _Lazy(r"(?r)(?<=\S)\s|(?<=\s)\S")
+_CUTTERS = {"cl100k": _CUT_NOT_NEWLINE, "o200k": _CUT_NOT_NEWLINE, "whitespace": _CUT_SPACE_EDGE}  # else any space
 # Text with no such space (a base64 line, code without spaces) is cut where two non-space
 # characters of different families meet -- letters, numbers, the rest -- an apostrophe on
 # neither side (contractions).  Each family is a run alternative of these patterns, so its
@@ -297,8 +298,7 @@ class Pretokenizer:
             long_tail = self.max_bytes and len(text) - after > self.max_bytes // 4
             piece = self._last_piece_cut(text[after:]) if long_tail else 0
             return after + piece if piece else (m.start() or after)
-        cutter = {"cl100k": _CUT_NOT_NEWLINE, "o200k": _CUT_NOT_NEWLINE, "whitespace": _CUT_SPACE_EDGE}.get(
-            self.name, _CUT_ANY_SPACE)
+        cutter = _CUTTERS.get(self.name, _CUT_ANY_SPACE)
         # A cut has a non-space before it, so none is in the spaces that end the text: the
         # searches start before them (``regex`` went through 8 MB of spaces in 0.5 s).
         solid = len(text.rstrip(SPACE_STRING))
@@ -598,6 +598,7 @@ _ANY_ASCII_SPACE = re.compile(rb"[\t\n\v\f\r ]")
 # that the two edges around one byte, as in b"a b", are both found).
 _ASCII_SPACE_EDGE = re.compile(rb"(?=[^\t\n\v\f\r ][\t\n\v\f\r ]|[\t\n\v\f\r ][^\t\n\v\f\r ])")
 _ASCII_SPACE_BYTES = frozenset(b"\t\n\v\f\r ")
+_BYTE_CUTTERS = {"cl100k": _ASCII_SPACE_NOT_NEWLINE, "o200k": _ASCII_SPACE_NOT_NEWLINE, "whitespace": _ASCII_SPACE_EDGE}
 # The characters ``regex``'s \s matches (the White_Space property, unchanged since Unicode
 # 6.3; tests/test_startup.py checks it against the installed ``regex``), so that finding
 # a cut in a file needs no ``regex``.
@@ -631,8 +632,7 @@ def find_byte_cut(data: bytes, start: int, pre: Pretokenizer, specials: Sequence
                 if not _straddled(data, p, specials, longest):
                     return p
         return -1
-    spaces = {"cl100k": _ASCII_SPACE_NOT_NEWLINE, "o200k": _ASCII_SPACE_NOT_NEWLINE,
-              "whitespace": _ASCII_SPACE_EDGE}.get(pre.name, _ASCII_SPACE)
+    spaces = _BYTE_CUTTERS.get(pre.name, _ASCII_SPACE)
     for m in spaces.finditer(data, max(start, 4) - 1):
         p = m.start() + 1
         if data[p - 1] in _ASCII_SPACE_BYTES:  # (whitespace: a space, then the first non-space)

@@ -367,7 +367,7 @@ def text_pieces(stream: BinaryIO, splitter: StreamSplitter, limit: int, chunk_by
     ``limit`` characters with no cut (a run of spaces whose pretokens wait for its end) is
     written to a file there instead, up to the next byte-level cut, and comes as
     ``("spool", Spooled)``: bytes from a safe cut to a safe cut, for the caller to count as a
-    file (``file_ranges``) and then ``remove``.
+    file (``counting.count_spooled``, which removes it).
 
     >>> import io
     >>> from bpe_stream.pretokenize import SpecialSplitter
@@ -399,11 +399,7 @@ def text_pieces(stream: BinaryIO, splitter: StreamSplitter, limit: int, chunk_by
             if size >= limit:
                 yield items, False
                 items, size = [], 0
-        if spool is not None:  # (the stream ended with no final chunk after it began)
-            spool.feed(b"", True)
-            items.append(("spool", spool.done()))
-            spool = None
-        yield items, True
+        yield items, True  # (a spool ended at the final chunk, which decode_chunks always gives)
     finally:
         if spool is not None:
             spool.discard()

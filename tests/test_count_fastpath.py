@@ -256,8 +256,9 @@ run_doc = st.lists(st.one_of(st.sampled_from(WORDS), st.sampled_from(SPECIAL_TOK
        python_table=st.booleans(), stream=st.booleans())
 def test_stores_of_long_runs_of_spaces_equal_the_plain_path(tmp_path, name, text, range_bytes, cap, workers,
                                                            python_table, stream):
-    """... from a file, or as a stream (stdin's path: text held past a piece with no cut is
-    spooled to the store's directory and counted as a file; no spool is left behind)."""
+    """Documents of long runs of spaces give the plain path's store, counted from a file or
+    as a stream (stdin's path: text held past a piece with no cut is spooled to the store's
+    directory and counted as a file; no spool is left behind)."""
     work = Path(tempfile.mkdtemp(dir=tmp_path))
     path = work / "doc.txt"
     data = to_bytes(text)

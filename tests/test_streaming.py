@@ -344,10 +344,11 @@ def test_text_pieces_spool_what_they_cannot_cut_and_cover_the_stream(tmp_path_fa
     assert not list(spool_dir.iterdir())
 
 
-def test_a_spool_is_removed_when_the_count_is_interrupted_and_a_killed_ones_at_the_next(tmp_path):
-    """Ctrl-C while a run is spooled (the read raises) leaves no spool; one that a killed
-    process left (its pid gone) is removed when the next spool starts, and a live process's
-    is left alone."""
+@pytest.mark.parametrize("reader", ["text_pieces", "byte_pieces"])
+def test_a_spool_is_removed_when_the_count_is_interrupted_and_a_killed_ones_at_the_next(tmp_path, reader):
+    """Ctrl-C while a run is spooled (the read raises) leaves no spool, from stdin's reader
+    and from the compressed streams' alike; one that a killed process left (its pid gone) is
+    removed when the next spool starts, and a live process's is left alone."""
     with open("/proc/sys/kernel/pid_max") as f:
         dead = int(f.read()) + 1  # (no process has it: never reused, unlike a finished one's)
     stale = tmp_path / f"{streaming.SPOOL_PREFIX}{dead}-0.tmp"
@@ -367,9 +368,12 @@ def test_a_spool_is_removed_when_the_count_is_interrupted_and_a_killed_ones_at_t
             return b"word\n" if self.reads == 1 else b" " * 64
 
     settings = make_settings("cl100k", [], max_token_bytes=16)
-    splitter = StreamSplitter(pretokenizer_of(settings), SpecialSplitter([]))
+    pre = pretokenizer_of(settings)
     with pytest.raises(KeyboardInterrupt):
-        list(text_pieces(Interrupted(), splitter, 100, 64, spool_dir=str(tmp_path)))
+        if reader == "text_pieces":
+            list(text_pieces(Interrupted(), StreamSplitter(pre, SpecialSplitter([])), 100, 64, spool_dir=str(tmp_path)))
+        else:
+            list(byte_pieces(Interrupted(), pre, [], 100, 64, spool_dir=str(tmp_path)))
     assert stale.name not in seen and len(seen) == 2  # (the live one and the spool in progress)
     assert [p.name for p in tmp_path.iterdir()] == [live.name]
 
