@@ -207,6 +207,29 @@ def test_a_table_grown_many_times_keeps_its_order():
     assert list(table.to_dict().items()) == list(want.items())
 
 
+@native
+def test_arrays_past_the_huge_page_threshold_count_as_the_fallback_does():
+    """hugepages.c maps an array of 4 MiB or more on its own: here the slots (512K of 8
+    bytes), the entries (32 bytes each), the keys (6 MB of them) and the sort's items cross
+    that line while the table grows, and after clear() the table is filled again in the
+    arrays it kept.  Every count, the packed form and the key order stay the fallback's."""
+    rng = random.Random(4)
+    keys = list(dict.fromkeys(rng.randbytes(rng.randrange(1, 40)) for _ in range(150_000)))
+    keys += [bytes([i % 256]) * 9 + rng.randbytes(rng.randrange(150, 450)) for i in range(20_000)]
+    rng.shuffle(keys)
+    native_table, fallback = count_table.NativeCountTable(), PyCountTable()
+    for refill in range(2):
+        for i, key in enumerate(keys[refill::2] if refill else keys):
+            native_table.add(key, i % 5 + 1)
+            fallback.add(key, i % 5 + 1)
+        assert native_table.to_dict() == fallback.to_dict() and len(native_table) == len(fallback)
+        assert native_table.pack() == fallback.pack()
+        assert native_table.sorted_items() == fallback.sorted_items()
+        native_table.clear()
+        fallback.clear()
+    assert len(native_table) == 0 and native_table.pack() == b""
+
+
 @pytest.mark.parametrize("make", TABLES)
 def test_limits_and_bad_input(make):
     table = make()

@@ -12,6 +12,7 @@
  */
 #include "counttable.h"
 
+#include "hugepages.h"
 #include "scan.h"
 #include "specials.h"
 
@@ -156,7 +157,7 @@ HOT int same_key(const bs_counttable *t, const entry_t *e, const uint8_t *key, s
 bs_counttable *bs_ct_new(void) {
     bs_counttable *t = calloc(1, sizeof *t);
     if (!t) return NULL;
-    t->slots = calloc(INITIAL_SLOTS, sizeof *t->slots);
+    t->slots = bs_huge_zeroed(INITIAL_SLOTS * sizeof *t->slots);
     if (!t->slots) {
         free(t);
         return NULL;
@@ -167,9 +168,9 @@ bs_counttable *bs_ct_new(void) {
 
 void bs_ct_free(bs_counttable *t) {
     if (!t) return;
-    free(t->slots);
-    free(t->entries);
-    free(t->keys);
+    bs_huge_free(t->slots, (t->mask + 1) * sizeof *t->slots);
+    bs_huge_free(t->entries, t->entries_cap * sizeof *t->entries);
+    bs_huge_free(t->keys, t->keys_cap);
     free(t);
 }
 
@@ -197,7 +198,7 @@ static inline uint64_t slot_tag(uint64_t hash) { return hash & 0xffffffff0000000
 COLD int grow_slots(bs_counttable *t) {
     size_t cap = t->mask + 1;
     if (cap > SIZE_MAX / 2 / sizeof *t->slots) return BS_CT_ENOMEM;
-    uint64_t *slots = calloc(2 * cap, sizeof *slots);
+    uint64_t *slots = bs_huge_zeroed(2 * cap * sizeof *slots);
     if (!slots) return BS_CT_ENOMEM;
     const uint64_t *old = t->slots;
     size_t mask = 2 * cap - 1;
@@ -214,7 +215,7 @@ COLD int grow_slots(bs_counttable *t) {
         while (slots[j]) j = (j + 1) & mask;
         slots[j] = s;
     }
-    free(t->slots);
+    bs_huge_free(t->slots, cap * sizeof *t->slots);
     t->slots = slots;
     t->mask = mask;
     return BS_CT_OK;
@@ -228,7 +229,7 @@ static int reserve(void *buf, size_t *cap, size_t len, size_t more, size_t size,
     if (more > SIZE_MAX / size - len) return BS_CT_ENOMEM;
     size_t want = *cap ? *cap : 256;
     while (want < len + more) want = want > SIZE_MAX / size / 2 ? len + more : 2 * want;
-    void *p = realloc(buf, want * size);
+    void *p = bs_huge_resize(buf, *cap * size, want * size);
     if (!p) return BS_CT_ENOMEM;
     *out = p;
     *cap = want;
@@ -556,7 +557,8 @@ int bs_ct_sorted(const bs_counttable *t, uint32_t *order) {
     size_t n = t->n;
     if (n == 0) return BS_CT_OK;
     if (n > SIZE_MAX / 2 / sizeof(sort_item)) return BS_CT_ENOMEM;
-    sort_item *items = malloc(2 * n * sizeof *items); /* the items, and as many of scratch */
+    size_t items_size = 2 * n * sizeof(sort_item);
+    sort_item *items = bs_huge_zeroed(items_size); /* the items, and as many of scratch */
     if (!items) return BS_CT_ENOMEM;
     for (size_t i = 0; i < n; i++) {
         const entry_t *e = &t->entries[i];
@@ -566,7 +568,7 @@ int bs_ct_sorted(const bs_counttable *t, uint32_t *order) {
     }
     msd_sort(items, items + n, n, 0);
     for (size_t i = 0; i < n; i++) order[i] = items[i].index;
-    free(items);
+    bs_huge_free(items, items_size);
     return BS_CT_OK;
 }
 

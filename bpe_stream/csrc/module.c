@@ -20,6 +20,7 @@
  *   scan.{h,c}        the named pretokenizers over UTF-8 bytes       -> scan()
  *                     (character classes in unicode_tables.h, generated from regex)
  *   counttable.{h,c}  pretoken bytes -> 64-bit counts, scan + count   -> CountTable
+ *                     (its large arrays on huge pages: hugepages.{h,c})
  *   runs.{h,c}        tables packed in key order, merged k-way        -> CountTable.pack(sorted=True),
  *                                                                        merge_runs(), merge_runs_packed()
  *   storecheck.{h,c}  an LMDB data file's structure checked           -> store_check()
