@@ -85,6 +85,37 @@ def regex_scan(path: str) -> dict:
     return {"seconds": seconds, "cpu_seconds": cpu, "pretokens": sum(counts.values()), "unique": len(counts), "chunked": len(text) > SCAN_CHUNK_CHARS}
 
 
+def store_write(path: str, parent_dir: str) -> dict:
+    """The store write that ends a count, alone: the file's pretokens counted in a native
+    table (not timed), then -- timed -- ``sorted_items`` (the sort and a bytes object per
+    key) and ``Store.add_batch`` into a new store at ``store_dir`` (py-lmdb's ``putmulti``,
+    the commit and its sync), as ``count --workers 1`` does them.  With the CLI's start-up
+    it is the part of a count that no scanner speeds up."""
+    import shutil
+    import tempfile
+
+    from bpe_stream.count_table import NativeCountTable
+    from bpe_stream.counting import make_settings
+    from bpe_stream.store import SortedCounts, Store
+
+    with open(path, "rb") as f:
+        data = f.read()
+    settings = make_settings("gpt2", [SPECIAL])
+    table = NativeCountTable()
+    pretokens, documents = table.feed_between(data, "gpt2", 0, [SPECIAL.encode()])
+    del data
+    store_dir = tempfile.mkdtemp(prefix="store-write-", dir=parent_dir)
+    with Store.open(store_dir, create=True) as store:
+        t0, c0 = time.perf_counter(), time.process_time()
+        counts = SortedCounts(*table.sorted_items())
+        table.clear()
+        new = store.add_batch(counts, {}, {"bytes": 0, "documents": documents, "pretokens": pretokens},
+                              before=lambda txn: store.settings_in(txn, settings))
+        seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
+    shutil.rmtree(store_dir, ignore_errors=True)
+    return {"seconds": seconds, "cpu_seconds": cpu, "keys": new}
+
+
 # -- training ---------------------------------------------------------------------------
 def bpe_train_from_store(store_path: str, vocab_size: int) -> dict:
     """``bpe_stream.pipeline.train_from_store`` alone (opening the store is not timed)."""
