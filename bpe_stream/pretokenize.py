@@ -53,10 +53,13 @@ CL100K_PATTERN = (
     r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}++|\p{N}{1,3}+| ?[^\s\p{L}\p{N}]++[\r\n]*+"""
     r"""|\s++$|\s*[\r\n]|\s+(?!\S)|\s"""
 )
+O200K_WORD_ALTERNATIVES = (  # its first two: a run of letters and marks, by case
+    r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?""",
+    r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?""",
+)
 O200K_PATTERN = "|".join(
     [
-        r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?""",
-        r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?""",
+        *O200K_WORD_ALTERNATIVES,
         r"""\p{N}{1,3}""",
         r""" ?[^\s\p{L}\p{N}]+[\r\n/]*""",
         r"""\s*[\r\n]+""",
@@ -153,6 +156,9 @@ FAMILY_CUT_MIN_CHARS = 1 << 14
 # base64 line under ``words``) is cut between two of its pieces: the pieces are cut from the
 # pretoken's start, so the text after a piece boundary starts the same pretoken's rest.
 _SPACE = _Lazy(r"\s")
+# The most characters after a match that a named pattern reads to decide where the match
+# ends: a contraction's three ("'ll" after a letter run, for o200k), a space's one (\s+(?!\S)).
+NAMED_LOOKAHEAD = 4
 # For a custom pattern we cannot prove a boundary; we cut at the start of a match that has
 # this many characters after it, and only where the text before the cut pretokenizes
 # alone into the same matches.  A pattern that never looks further ahead than this (any
@@ -314,12 +320,34 @@ class Pretokenizer:
 
     def _last_piece_cut(self, text: str) -> int:
         """With a cap, in text with no other cut: the last boundary between two pieces of
-        the pretoken that reaches the end of ``text``, when that pretoken starts at 0 (the
-        text starts at a safe cut; a pretoken starting later may still change), or 0."""
-        m = self.compiled.match(text)
-        if m is None or m.end() != len(text):
+        the pretoken that reaches the end of ``text``, or 0.  The text starts at a safe cut,
+        so that pretoken starts where the whole's does when it starts the text, or when its
+        start is more than NAMED_LOOKAHEAD characters before the end: the matches before it
+        then end where the whole's do, since a named pattern decides where a match ends by
+        at most that many characters after it (o200k's "word" becomes "word's" when "'s"
+        comes; cl100k's "word !!!" + 1 GB of CJK has its giant pretoken after the "!!!").
+        o200k's runs of letters are the exception: ``U*L+`` gives back uppercase letters
+        until a lowercase one follows, however far ("!\u0301" + 1 GB of "A" is "!\u0301"
+        and the A's, or with a "b" after them one pretoken), so there the pretoken must
+        start the text or follow a character that is neither a letter nor a mark.
+
+        >>> cl100k = Pretokenizer.from_name("cl100k", 8)
+        >>> text = "word !!!" + "中" * 9
+        >>> cut = cl100k._last_piece_cut(text)
+        >>> text[:cut], cl100k.split(text[:cut]) + cl100k.split(text[cut:] + " end") == cl100k.split(text + " end")
+        ('word !!!中中中中中中', True)
+        """
+        last = None
+        for last in self.compiled.finditer(text):  # noqa: B007 - the last one is wanted
+            pass
+        if last is None or last.end() != len(text):
             return 0
-        return self._piece_cut(text, 0)
+        start = last.start()
+        if start and len(text) - start <= NAMED_LOOKAHEAD:
+            return 0
+        if start and self.name == "o200k" and _WORD_CHAR.match(text, start - 1):
+            return 0  # (see below)
+        return self._piece_cut(text, start)
 
     def _piece_cut(self, text: str, start: int) -> int:
         # The last piece boundary at least 2 characters before the end (the character after
@@ -329,6 +357,7 @@ class Pretokenizer:
         # ends where the pretoken does.
         n = len(text)
         bounds = _piece_bounds(text[start:], self.max_bytes)
+        rest_ends_alike = _O200kRest(text, start) if self.name == "o200k" else None
         for b in reversed(bounds):
             p = start + b
             if p > n - 2:
@@ -346,8 +375,19 @@ class Pretokenizer:
                 if left is None or left.end() != p:
                     continue
             m = self.compiled.match(text, p)
-            if m is not None and m.end() == n:
-                return p
+            if m is None or m.end() != n:
+                continue
+            if rest_ends_alike is not None:
+                # o200k: the match from ``p`` must end where the pretoken does, and the text
+                # before ``p`` stay one match when cut there ("!\u0301" + "A" * 60 + "Cd" is
+                # one pretoken, its first 56 characters alone two)
+                if not rest_ends_alike(p):
+                    continue
+                if not rest_ends_alike.left_is_one_match(p):
+                    left = self.compiled.match(text, start, p)
+                    if left is None or left.end() != p:
+                        continue
+            return p
         return 0
 
     def _custom_cut(self, text: str) -> int:
@@ -384,6 +424,66 @@ def _utf8_len(ch: str) -> int:
     if c < 0x80 or 0xDC80 <= c <= 0xDCFF:  # ASCII, or a byte that is not UTF-8 (surrogateescape)
         return 1
     return 2 if c < 0x800 else 3 if c < 0x10000 else 4
+
+
+# o200k's pretokens are not runs of one class: what the pattern matches from inside one may
+# end elsewhere than the pretoken does (_O200kRest).
+_O200K_WORD_START = _Lazy(r"[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]")
+_LOWERCASE = _Lazy(r"\p{Ll}")
+_WORD_CHAR = _Lazy(r"[\p{L}\p{M}]")
+_BOTH_CASES = _Lazy(r"[\p{Lm}\p{Lo}\p{M}]")  # in U and in L
+_MARK = _Lazy(r"\p{M}")
+
+
+class _O200kRest:
+    """Called with ``p``: whether o200k's match from ``p`` ends where the pretoken does,
+    whatever follows ``text``.  The pretoken starts at ``start``, runs past the end of
+    ``text`` and holds ``p`` (at least 2 characters before the end); the match from ``p`` in
+    ``text`` reaches the end.
+
+    - A run of letters and marks ``U*L+`` (``U``: Lu Lt Lm Lo M, ``L``: Ll Lm Lo M; the
+      pattern's first two alternatives, which take it when a letter or mark starts it; its
+      ``U`` run ends at its first lowercase letter, the only letter not in ``U``): from
+      inside its ``U`` run the match ends where the run's does.  From inside its ``L`` run
+      the match starts a ``U`` run of its own, which goes on past the pretoken's end into an
+      uppercase letter ("Ab" + 1 GB of CJK + "Cd": "Ab中...中" is one pretoken, "中...中Cd"
+      another) -- unless a lowercase letter (``L`` only) ends that ``U`` run within the text.
+    - Any other run (of punctuation and marks): a mark at ``p`` or after it starts a run
+      of letters and marks instead ("!!" + marks + "'ll": the marks then take "'ll").
+
+    >>> _O200kRest("Ab中中中中", 0)(3), _O200kRest(" 中中中中", 0)(2), _O200kRest("Ab中中c中中", 0)(3)
+    (False, True, True)
+    >>> _O200kRest("!!\u0301\u0301!", 0)(2), _O200kRest("!!!!!", 0)(2)
+    (False, True)
+    """
+
+    def __init__(self, text: str, start: int):
+        self.text, self.start, self.last = text, start, len(text) - 1
+        self.word = _O200K_WORD_START.match(text, start) is not None
+        self._upper_end: Optional[int] = None
+
+    def upper_end(self) -> int:
+        """Where the run's ``U`` part ends (its first lowercase letter), or the text's last
+        character; found once (a search for Ll is 6x as fast as matching the run)."""
+        if self._upper_end is None:
+            lower = _LOWERCASE.search(self.text, self.start, self.last)
+            self._upper_end = lower.start() if lower else self.last
+        return self._upper_end
+
+    def __call__(self, p: int) -> bool:
+        if not self.word:
+            return not (_MARK.match(self.text, p) or _MARK.match(self.text, p + 1))
+        return p < self.upper_end() or _LOWERCASE.search(self.text, p, self.last) is not None
+
+    def left_is_one_match(self, p: int) -> bool:
+        """Whether the text from the start to ``p`` is surely one match (False: ask the
+        pattern): a run of letters cut inside its ``L`` part or after a letter of both
+        classes (its ``L+`` then ends at ``p``); any other run cut 2 characters or more from
+        its start.  (Cut after an uppercase letter, the ``U`` run gives back letters up to
+        its last one of both classes: "!\u0301" + "AAA" is "!\u0301" and "AAA".)"""
+        if not self.word:
+            return p - self.start >= 2
+        return p > self.upper_end() or _BOTH_CASES.match(self.text, p - 1) is not None
 
 
 def _piece_bounds(text: str, max_bytes: int) -> list:
