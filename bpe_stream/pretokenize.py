@@ -156,6 +156,7 @@ FAMILY_CUT_MIN_CHARS = 1 << 14
 # base64 line under ``words``) is cut between two of its pieces: the pieces are cut from the
 # pretoken's start, so the text after a piece boundary starts the same pretoken's rest.
 _SPACE = _Lazy(r"\s")
+_CRLF = _Lazy(r"[\r\n]")
 # The most characters after a match that a named pattern reads to decide where the match
 # ends: a contraction's three ("'ll" after a letter run, for o200k), a space's one (\s+(?!\S)).
 NAMED_LOOKAHEAD = 4
@@ -345,8 +346,10 @@ class Pretokenizer:
         start = last.start()
         if start and len(text) - start <= NAMED_LOOKAHEAD:
             return 0
-        if start and self.name == "o200k" and _WORD_CHAR.match(text, start - 1):
+        if start and (_SPACE.match(text, start - 1) or _SPACE.match(text, start)):
             return 0  # (see below)
+        if start and self.name == "o200k" and _WORD_CHAR.match(text, start - 1):
+            return 0
         return self._piece_cut(text, start)
 
     def _piece_cut(self, text: str, start: int) -> int:
@@ -358,13 +361,20 @@ class Pretokenizer:
         n = len(text)
         bounds = _piece_bounds(text[start:], self.max_bytes)
         rest_ends_alike = _O200kRest(text, start) if self.name == "o200k" else None
+        # cl100k's and o200k's punctuation takes the CR/LF after it ("!" + 1 GB of "\n"):
+        # matched from inside those, the rest would run on into the spaces after them
+        # (cl100k: "!!" + "\n" * 10**6 + "\u3000" ends "!...\n", "\u3000"), so no cut there
+        newline_tail = None
+        if self.name in ("cl100k", "o200k") and not _SPACE.match(text, start):
+            tail = _CRLF.search(text, start)
+            newline_tail = tail.start() if tail else n
         for b in reversed(bounds):
             p = start + b
             if p > n - 2:
                 continue
             if self.pattern is None:
                 return p
-            if text[p] == "'":
+            if text[p] == "'" or (newline_tail is not None and p >= newline_tail):
                 continue
             if _SPACE.match(text, p - 1) or _SPACE.match(text, p):
                 # Inside a run of spaces (a space run's matches depend on where it ends): a

@@ -170,6 +170,26 @@ def test_file_ranges_bound_a_long_run_without_a_cut_that_starts_after_other_text
     assert [p for r in ranges for p in range_pretokens(data, r, capped)] == pretokens(data, capped)
 
 
+@pytest.mark.parametrize("name, text", [
+    ("cl100k", "!" * 29 + "\n" * 200_000 + "\u3000"),  # "!...\n" then "\u3000"; from inside, "\n...\u3000"
+    ("o200k", "?" + "\u00c9" * 21 + "!" + "\r\n" * 100_000 + "/x"),  # "!\r\n.../" then "x"
+    ("cl100k", "!!" + "\r\n" * 100_000 + "  x")])
+@pytest.mark.parametrize("cap", [4, 64, "default"])
+def test_punctuation_that_takes_the_newlines_after_it_is_not_cut_inside_them(tmp_path, name, text, cap):
+    """cl100k's and o200k's punctuation takes the CR/LF run after it; matched from inside
+    that run, the rest would be a run of spaces that goes on into the spaces after it (or
+    stops before o200k's "/"): the ranges stay their parts of the whole (these three were
+    counted wrongly before, with the read windows and thresholds the CLI uses)."""
+    data = text.encode()
+    path = tmp_path / "run.txt"
+    path.write_bytes(data)
+    settings = make_settings(name, [], max_token_bytes=cap)
+    for target in (1000, 100_000):
+        ranges = file_ranges(str(path), 0, len(data), pretokenizer_of(settings), [], target)
+        assert_cover(ranges, 0, len(data))
+        assert [p for r in ranges for p in range_pretokens(data, r, settings)] == pretokens(data, settings)
+
+
 @pytest.mark.parametrize("ending", [b"Cd bye", b"x bye", b""], ids=["an uppercase word after", "text after", "at the end"])
 def test_o200k_letters_after_a_lowercase_letter_are_held_whole(tmp_path, ending):
     """The known hole (README): o200k's "word" + 60K of CJK is one pretoken whose U*L+ match,
