@@ -1,6 +1,6 @@
 """count's anonymous memory on inputs built to defeat its cuts, against ``--max-memory``.
 
-    python benchmarks/count_budget.py --dir build/count-budget [--mb 60] [--max-memory 64M] [--only cl100k]
+    python benchmarks/count_budget.py --dir build/count-budget [--mb 60] [--max-memory 64M] [--only cl100k] [--input LABEL]
 
 Each input is a few words around one long run with no ordinary cut (spaces after a newline,
 spaces between newlines, no-break spaces, CJK after a space or after punctuation), ``--mb``
@@ -11,12 +11,12 @@ and whether it stayed within the budget.  The inputs and stores are written unde
 (``make bench``: ``build/``, ignored by git) and removed; give a directory on a disk, not
 tmpfs, where stdin's spools would be memory.
 
-Seen on 2026-12-03 (60 MB, --max-memory 64M = 67.1 MB, a quiet 2-core machine, 150 runs):
-all within the budget but "CJK after '!!!'" for cl100k and o200k (74.0-75.7 MB, file, stdin
-and gzip alike: a known hole, in the README); the highest of the others were 34-36 MB (CJK
-after a space or after punctuation, from stdin or gzipped; files 12.5-17.5 MB).  Before that day's three
-commits (decba2e, 991e5ce, 4032fc1) a file peaked at 75.7 MB (cl100k/o200k, a newline then
-spaces), stdin at 221.6 MB and a gzipped file at 195.7 MB (18.6 s).
+Seen on 2026-12-04 (60 MB, --max-memory 64M = 67.1 MB, 165 runs): all within the budget
+but "CJK after 'Ab'" for o200k (74.9-76.4 MB from file, stdin and gzip: a known hole, in the
+README); the highest of the others 36.3 MB.  "CJK after '!!!'" for cl100k and o200k went
+from 74.0-75.7 MB (2026-12-03) to 14.7-25.3 MB that day (c991c47).  Before 2026-12-03's
+three commits (decba2e, 991e5ce, 4032fc1) a file peaked at 75.7 MB (cl100k/o200k, a newline
+then spaces), stdin at 221.6 MB and a gzipped file at 195.7 MB (18.6 s).
 """
 
 from __future__ import annotations
