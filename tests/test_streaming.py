@@ -183,7 +183,7 @@ def test_file_ranges_of_random_documents_with_long_runs(tmp_path, monkeypatch, s
     that is not UTF-8) often repeated 5-80 times, for every named pretokenizer with small
     caps, targets and read windows: the ranges pretokenize as their parts of the whole.
     (Seeded: the same documents on every run.  Drawn this way, 30,000 documents found 12
-    that were planned wrongly before this test, 2 per 180,000 now -- see the git log.)"""
+    that were planned wrongly before this test; 1 in 360,000 now -- see the git log.)"""
     monkeypatch.setattr(streaming, "CUT_WINDOW", 32)
     monkeypatch.setattr(pretokenize, "FAMILY_CUT_MIN_CHARS", 16)
     rng = random.Random(seed)
