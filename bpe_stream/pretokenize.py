@@ -53,13 +53,10 @@ CL100K_PATTERN = (
     r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}++|\p{N}{1,3}+| ?[^\s\p{L}\p{N}]++[\r\n]*+"""
     r"""|\s++$|\s*[\r\n]|\s+(?!\S)|\s"""
 )
-O200K_WORD_ALTERNATIVES = (  # its first two: a run of letters and marks, by case
-    r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?""",
-    r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?""",
-)
 O200K_PATTERN = "|".join(
     [
-        *O200K_WORD_ALTERNATIVES,
+        r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?""",
+        r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?""",
         r"""\p{N}{1,3}""",
         r""" ?[^\s\p{L}\p{N}]+[\r\n/]*""",
         r"""\s*[\r\n]+""",
@@ -327,10 +324,13 @@ class Pretokenizer:
         then end where the whole's do, since a named pattern decides where a match ends by
         at most that many characters after it (o200k's "word" becomes "word's" when "'s"
         comes; cl100k's "word !!!" + 1 GB of CJK has its giant pretoken after the "!!!").
-        o200k's runs of letters are the exception: ``U*L+`` gives back uppercase letters
-        until a lowercase one follows, however far ("!\u0301" + 1 GB of "A" is "!\u0301"
-        and the A's, or with a "b" after them one pretoken), so there the pretoken must
-        start the text or follow a character that is neither a letter nor a mark.
+        Two kinds of match look further, however far, so a pretoken next to them must start
+        the text: a run of spaces (cl100k's ``\\s*[\\r\\n]`` gives back spaces up to the
+        run's last newline), so neither the pretoken nor the character before it may be a
+        space; and o200k's run of letters (``U*L+`` gives back uppercase letters until a
+        lowercase one follows: "!\u0301" + 1 GB of "A" is "!\u0301" and the A's, with a
+        "b" after them one pretoken), so for o200k the character before it may be neither
+        a letter nor a mark.
 
         >>> cl100k = Pretokenizer.from_name("cl100k", 8)
         >>> text = "word !!!" + "中" * 9
@@ -347,7 +347,7 @@ class Pretokenizer:
         if start and len(text) - start <= NAMED_LOOKAHEAD:
             return 0
         if start and (_SPACE.match(text, start - 1) or _SPACE.match(text, start)):
-            return 0  # (see below)
+            return 0
         if start and self.name == "o200k" and _WORD_CHAR.match(text, start - 1):
             return 0
         return self._piece_cut(text, start)
@@ -363,10 +363,12 @@ class Pretokenizer:
         rest_ends_alike = _O200kRest(text, start) if self.name == "o200k" else None
         # cl100k's and o200k's punctuation takes the CR/LF after it ("!" + 1 GB of "\n"):
         # matched from inside those, the rest would run on into the spaces after them
-        # (cl100k: "!!" + "\n" * 10**6 + "\u3000" ends "!...\n", "\u3000"), so no cut there
+        # (cl100k: "!!" + "\n" * 10**6 + "\u3000" ends "!...\n", "\u3000"), so no cut there.
+        # (A run of letters holds none: not searched for, through 1 GB of CJK.)
         newline_tail = None
         if self.name in ("cl100k", "o200k") and not _SPACE.match(text, start):
-            tail = _CRLF.search(text, start)
+            letters = rest_ends_alike.word if rest_ends_alike else _CL100K_WORD_START.match(text, start)
+            tail = None if letters else _CRLF.search(text, start)
             newline_tail = tail.start() if tail else n
         for b in reversed(bounds):
             p = start + b
@@ -439,6 +441,7 @@ def _utf8_len(ch: str) -> int:
 # o200k's pretokens are not runs of one class: what the pattern matches from inside one may
 # end elsewhere than the pretoken does (_O200kRest).
 _O200K_WORD_START = _Lazy(r"[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]")
+_CL100K_WORD_START = _Lazy(r"[^\r\n\p{L}\p{N}]?\p{L}")  # (its letter runs: marks are not letters)
 _LOWERCASE = _Lazy(r"\p{Ll}")
 _WORD_CHAR = _Lazy(r"[\p{L}\p{M}]")
 _BOTH_CASES = _Lazy(r"[\p{Lm}\p{Lo}\p{M}]")  # in U and in L
