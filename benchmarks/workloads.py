@@ -88,7 +88,7 @@ def regex_scan(path: str) -> dict:
 def store_write(path: str, parent_dir: str) -> dict:
     """The store write that ends a count, alone: the file's pretokens counted in a native
     table (not timed), then -- timed -- ``sorted_items`` (the sort and a bytes object per
-    key) and ``Store.add_batch`` into a new store at ``store_dir`` (py-lmdb's ``putmulti``,
+    key) and ``Store.add_batch`` into a new store under ``parent_dir`` (py-lmdb's ``putmulti``,
     the commit and its sync), as ``count --workers 1`` does them.  With the CLI's start-up
     it is the part of a count that no scanner speeds up."""
     import shutil

@@ -210,7 +210,7 @@ def test_a_table_grown_many_times_keeps_its_order():
 @native
 def test_arrays_past_the_huge_page_threshold_count_as_the_fallback_does():
     """hugepages.c maps an array of 4 MiB or more on its own: here the slots (512K of 8
-    bytes), the entries (32 bytes each), the keys (6 MB of them) and the sort's items cross
+    bytes), the entries (32 bytes each), the keys (9 MB of them) and the sort's items cross
     that line while the table grows, and after clear() the table is filled again in the
     arrays it kept.  Every count, the packed form and the key order stay the fallback's."""
     rng = random.Random(4)

@@ -88,6 +88,15 @@ def assert_cover(parts: list, start: int, end: int) -> None:
     assert all(b == a2 for (_, b), (a2, _) in zip(parts, parts[1:]))
 
 
+def planned_exactly(path, data: bytes, settings: dict, target: int) -> bool:
+    """``data`` written to ``path`` and planned by ``file_ranges`` (about ``target`` bytes a
+    range): whether its ranges, which must cover it, pretokenize as their parts of the whole."""
+    path.write_bytes(data)
+    ranges = file_ranges(str(path), 0, len(data), pretokenizer_of(settings), specials_of(settings), target)
+    assert_cover(ranges, 0, len(data))
+    return [p for r in ranges for p in range_pretokens(data, r, settings)] == pretokens(data, settings)
+
+
 def bytes_counts(partials) -> Counter:
     total = Counter()
     for partial in partials:
@@ -196,11 +205,7 @@ def test_file_ranges_of_random_documents_with_long_runs(tmp_path, monkeypatch, s
         name = rng.choice(["gpt2", "cl100k", "o200k", "whitespace", "words"])
         specials = rng.choice([[], ["<|endoftext|>"]])
         settings = make_settings(name, specials, max_token_bytes=rng.choice([4, 6, 8, 12, 30]))
-        path.write_bytes(data)
-        ranges = file_ranges(str(path), 0, len(data), pretokenizer_of(settings), specials_of(settings),
-                             rng.choice([1, 5, 20, 60]))
-        assert_cover(ranges, 0, len(data))
-        if [p for r in ranges for p in range_pretokens(data, r, settings)] != pretokens(data, settings):
+        if not planned_exactly(path, data, settings, rng.choice([1, 5, 20, 60])):
             wrong.append((name, settings["max_token_bytes"], text))
     assert not wrong
 
@@ -215,14 +220,9 @@ def test_punctuation_that_takes_the_newlines_after_it_is_not_cut_inside_them(tmp
     that run, the rest would be a run of spaces that goes on into the spaces after it (or
     stops before o200k's "/"): the ranges stay their parts of the whole (these three were
     counted wrongly before, with the read windows and thresholds the CLI uses)."""
-    data = text.encode()
-    path = tmp_path / "run.txt"
-    path.write_bytes(data)
     settings = make_settings(name, [], max_token_bytes=cap)
     for target in (1000, 100_000):
-        ranges = file_ranges(str(path), 0, len(data), pretokenizer_of(settings), [], target)
-        assert_cover(ranges, 0, len(data))
-        assert [p for r in ranges for p in range_pretokens(data, r, settings)] == pretokens(data, settings)
+        assert planned_exactly(tmp_path / "run.txt", text.encode(), settings, target), target
 
 
 @pytest.mark.parametrize("ending", [b"Cd bye", b"x bye", b""], ids=["an uppercase word after", "text after", "at the end"])
@@ -230,13 +230,15 @@ def test_o200k_letters_after_a_lowercase_letter_are_held_whole(tmp_path, ending)
     """The known hole (README): o200k's "word" + 60K of CJK is one pretoken whose U*L+ match,
     started again from inside the CJK, would run on into a following "Cd" -- which a cut
     cannot know -- so no cut is made in it, and the counts stay those of the whole."""
-    data = b"hello world " * 100 + b"word" + LONG_RUNS["CJK"] + ending
+    head = b"hello world " * 100 + b"word"
+    data = head + LONG_RUNS["CJK"] + ending
     path = tmp_path / "run.txt"
     path.write_bytes(data)
     capped = make_settings("o200k", [], max_token_bytes=64)
     ranges = file_ranges(str(path), 0, len(data), pretokenizer_of(capped), [], 1024)
     assert_cover(ranges, 0, len(data))
-    assert any(a < 1200 + 1000 and b >= len(data) - len(ending) for a, b, _ in ranges), ranges  # the run in one range
+    run_start, run_end = len(head), len(data) - len(ending)
+    assert any(a < run_start + 1024 and b >= run_end for a, b, _ in ranges), ranges  # the CJK in one range
     assert [p for r in ranges for p in range_pretokens(data, r, capped)] == pretokens(data, capped)
 
 
@@ -333,11 +335,7 @@ def test_runs_of_letters_and_marks_are_cut_exactly(tmp_path, monkeypatch, name):
     path = tmp_path / "doc.txt"
     wrong = []
     for before, unit, after in itertools.product(LETTER_RUN_BEFORE, LETTER_RUN_UNIT, LETTER_RUN_AFTER):
-        data = (before + unit * 60 + after).encode()
-        path.write_bytes(data)
-        ranges = file_ranges(str(path), 0, len(data), pretokenizer_of(settings), [], 40)
-        assert_cover(ranges, 0, len(data))
-        if [p for r in ranges for p in range_pretokens(data, r, settings)] != pretokens(data, settings):
+        if not planned_exactly(path, (before + unit * 60 + after).encode(), settings, 40):
             wrong.append((before, unit, after))
     assert not wrong
 

@@ -9,14 +9,16 @@
 #include <sys/mman.h>
 #endif
 
-#if defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define __SANITIZE_ADDRESS__ 1
+/* Under AddressSanitizer (make asan) every array is malloc's, whose bounds it checks. */
+#if defined(__SANITIZE_ADDRESS__) /* gcc */
+#define BS_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) /* clang */
+#define BS_ASAN 1
 #endif
 #endif
 
-/* Under AddressSanitizer (make asan) every array is malloc's, whose bounds it checks. */
-#if defined(__linux__) && defined(MADV_HUGEPAGE) && defined(MAP_ANONYMOUS) && !defined(__SANITIZE_ADDRESS__)
+#if defined(__linux__) && defined(MADV_HUGEPAGE) && defined(MAP_ANONYMOUS) && !defined(BS_ASAN)
 #define HAVE_HUGE 1
 #else
 #define HAVE_HUGE 0
