@@ -19,8 +19,8 @@ from pathlib import Path
 
 import regex
 
-from bpe_stream.count_table import NativeCountTable
-from bpe_stream.pretokenize import NAMED_PATTERNS
+from bpe_stream.count.table import NativeCountTable
+from bpe_stream.pretok.pretokenize import NAMED_PATTERNS
 
 CORPORA = Path(__file__).resolve().parent.parent.parent / "shared" / "data" / "corpora"
 

@@ -52,13 +52,13 @@ def main() -> None:
         store = work / f"store-{path.name}"
         shutil.rmtree(store, ignore_errors=True)
         started = time.monotonic()
-        subprocess.run([sys.executable, "-m", "bpe_stream.cli", "count", "--store", str(store), "--special-token", EOT,
+        subprocess.run([sys.executable, "-m", "bpe_stream.cli.commands", "count", "--store", str(store), "--special-token", EOT,
                         "-w", args.workers, "-q", str(path)], check=True, cwd=REPO)
         seconds = time.monotonic() - started
         text_bytes = len(data) - data.count(EOT.encode()) * len(EOT)
         print(f"{path.name}: {os.path.getsize(path):,} bytes on disk, {seconds:.2f} s, "
               f"{text_bytes / 1e6 / seconds:.1f} MB/s of text ({args.workers} workers)")
-        out = subprocess.run([sys.executable, "-m", "bpe_stream.cli", "export-counts", "--store", str(store), "-o", "-"],
+        out = subprocess.run([sys.executable, "-m", "bpe_stream.cli.commands", "export-counts", "--store", str(store), "-o", "-"],
                              check=True, cwd=REPO, capture_output=True).stdout
         exports.append(out.split(b"\n", 1)[1])  # the counts, without the header's totals
     assert exports[0] == exports[1], "the two stores differ"

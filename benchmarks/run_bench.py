@@ -98,7 +98,7 @@ def bpe_cli() -> List[str]:
     found = shutil.which("bpe-stream")
     if found:
         return [found]
-    return [sys.executable, "-c", "from bpe_stream.cli import main; main()"]
+    return [sys.executable, "-c", "from bpe_stream.cli.commands import main; main()"]
 
 
 # -- rows ------------------------------------------------------------------------------

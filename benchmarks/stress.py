@@ -161,8 +161,8 @@ class Stress:
     def train_base(self):
         if self._train_base is None:
             from bpe_stream import Store
-            from bpe_stream.counting import count_sources, make_settings
-            from bpe_stream.reader import Source
+            from bpe_stream.count.counting import count_sources, make_settings
+            from bpe_stream.inputs.reader import Source
 
             d = self.fresh("train-base")
             files = H.write_slices(d / "in", [("en_100M.txt", 20_000_000, 800_000), ("code_25M.txt", 5_000_000, 400_000)])
@@ -203,7 +203,7 @@ class Stress:
 
     def two_counts(self) -> str:
         from bpe_stream import Store
-        from bpe_stream.counting import make_settings
+        from bpe_stream.count.counting import make_settings
 
         d = self.fresh("two")
         store = d / "store"

@@ -70,7 +70,7 @@ def regex_scan(path: str) -> dict:
     counts, less memory for the list of matches)."""
     import regex
 
-    from bpe_stream.pretokenize import GPT2_PATTERN
+    from bpe_stream.pretok.pretokenize import GPT2_PATTERN
 
     text = read_text(path)
     regex.compile(GPT2_PATTERN)
@@ -94,9 +94,9 @@ def store_write(path: str, parent_dir: str) -> dict:
     import shutil
     import tempfile
 
-    from bpe_stream.count_table import NativeCountTable
-    from bpe_stream.counting import make_settings
-    from bpe_stream.store import SortedCounts, Store
+    from bpe_stream.count.table import NativeCountTable
+    from bpe_stream.count.counting import make_settings
+    from bpe_stream.store.lmdb_store import SortedCounts, Store
 
     with open(path, "rb") as f:
         data = f.read()
@@ -118,7 +118,7 @@ def store_write(path: str, parent_dir: str) -> dict:
 
 # -- training ---------------------------------------------------------------------------
 def bpe_train_from_store(store_path: str, vocab_size: int) -> dict:
-    """``bpe_stream.pipeline.train_from_store`` alone (opening the store is not timed)."""
+    """``bpe_stream.train.pipeline.train_from_store`` alone (opening the store is not timed)."""
     from bpe_stream import Store, TrainConfig, train_from_store
 
     with Store.open(store_path, readonly=True) as st:
@@ -179,7 +179,7 @@ def rustbpe_train(path: str, vocab_size: int, specials: Sequence[str]) -> dict:
     make as many merges as the others.  Reading the file is timed (it is streamed)."""
     import rustbpe
 
-    from bpe_stream.pretokenize import GPT2_PATTERN
+    from bpe_stream.pretok.pretokenize import GPT2_PATTERN
 
     tok = rustbpe.Tokenizer()
     t0, c0 = time.perf_counter(), time.process_time()
@@ -195,7 +195,7 @@ def fast_bpe_train(path: str, vocab_size: int, specials: Sequence[str]) -> dict:
     read and split are timed (``read_seconds`` says how much of it they were)."""
     from fast_bpe_rs import BPE
 
-    from bpe_stream.pretokenize import GPT2_PATTERN
+    from bpe_stream.pretok.pretokenize import GPT2_PATTERN
 
     t0, c0 = time.perf_counter(), time.process_time()
     docs = list(iter_documents(path))
@@ -342,7 +342,7 @@ def tokie_encode(tokenizer: str, path: str, workdir: str) -> dict:
 
 def stores_equal(a: str, b: str) -> bool:
     """Two stores hold the same words with the same counts and the same totals."""
-    from bpe_stream.store import Store
+    from bpe_stream.store.lmdb_store import Store
 
     def content(path):
         store = Store.open(path, readonly=True)

@@ -11,13 +11,13 @@ __all__ = ["Tokenizer", "Store", "TrainConfig", "Trainer", "train_bpe", "train_f
            "__version__"]
 
 _LAZY = {
-    "Tokenizer": "tokenizer",
-    "Store": "store",
-    "TrainConfig": "trainer",
-    "Trainer": "trainer",
-    "train_bpe": "pipeline",
-    "train_from_store": "pipeline",
-    "train_from_iterator": "pipeline",
+    "Tokenizer": "encode.tokenizer",
+    "Store": "store.lmdb_store",
+    "TrainConfig": "train.trainer",
+    "Trainer": "train.trainer",
+    "train_bpe": "train.pipeline",
+    "train_from_store": "train.pipeline",
+    "train_from_iterator": "train.pipeline",
 }
 
 

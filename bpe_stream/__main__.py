@@ -1,6 +1,6 @@
 """``python -m bpe_stream``: the ``bpe-stream`` command line."""
 
-from .entry import main
+from .cli.entry import main
 
 if __name__ == "__main__":
     main()

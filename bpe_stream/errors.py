@@ -7,15 +7,15 @@ that escapes a command is a bug: a traceback and an "internal error" line, exit 
 
 The subclasses live beside the code that raises them (each module owns its failures):
 
-- :class:`bpe_stream.store.StoreError` -- a store that is missing, damaged, of other settings,
+- :class:`bpe_stream.store.lmdb_store.StoreError` -- a store that is missing, damaged, of other settings,
   or cannot be written (``WriteFailed``, ``NotWritable``; ``disk_engine.ScratchError``);
-- :class:`bpe_stream.reader.InputError` -- an input that cannot be read (``sources.Refused``:
+- :class:`bpe_stream.inputs.reader.InputError` -- an input that cannot be read (``sources.Refused``:
   a file changed since it was counted);
 - :class:`bpe_stream.atomic.OutputError` -- an output path that cannot be written;
-- :class:`bpe_stream.tokenizer.TokenizerError` -- a tokenizer file or text it cannot handle;
-- :class:`bpe_stream.pretokenize.PretokenizeError` -- counting settings or a custom pattern;
-- :class:`bpe_stream.merge_engine.TrainError` -- training settings that cannot work;
-- :class:`bpe_stream.formats.counts.CountsFormatError` -- a counts interchange file;
+- :class:`bpe_stream.encode.tokenizer.TokenizerError` -- a tokenizer file or text it cannot handle;
+- :class:`bpe_stream.pretok.pretokenize.PretokenizeError` -- counting settings or a custom pattern;
+- :class:`bpe_stream.train.engine.TrainError` -- training settings that cannot work;
+- :class:`bpe_stream.store.counts_file.CountsFormatError` -- a counts interchange file;
 - :class:`SettingsError` (here) -- option values that do not go together (an engine that is
   not installed, ``--scheduler`` without ``--engine dask``, an unknown tie-break).
 

@@ -1,8 +1,8 @@
 """Shared fixtures: where the reference data is, temporary stores, two ways to run the CLI,
 the inputs the reliability tests share, and the suite's one hypothesis profile.
 
-* ``cli``: typer's ``CliRunner`` on ``bpe_stream.cli.app`` (fast, in process; stdin as bytes).
-* ``bpe``: the real entry point in a subprocess (``python -m bpe_stream.cli``), for checks on
+* ``cli``: typer's ``CliRunner`` on ``bpe_stream.cli.commands.app`` (fast, in process; stdin as bytes).
+* ``bpe``: the real entry point in a subprocess (``python -m bpe_stream.cli.commands``), for checks on
   the exact bytes written to stdout and on the exit status a shell sees.
 
 Hypothesis runs every property test with ``BPE_STREAM_HYPOTHESIS_EXAMPLES`` examples (150
@@ -108,7 +108,7 @@ class CliResult:
 @pytest.fixture
 def cli(tmp_path, monkeypatch):
     """``cli(*args, input=b"...")`` runs the CLI in process (cwd = a temp dir)."""
-    from bpe_stream.cli import app
+    from bpe_stream.cli.commands import app
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("BPE_STREAM_STORE", raising=False)
@@ -123,7 +123,7 @@ def cli(tmp_path, monkeypatch):
 
 @pytest.fixture
 def bpe(tmp_path):
-    """``bpe(*args, input=b"...")`` runs ``python -m bpe_stream.cli`` in a subprocess."""
+    """``bpe(*args, input=b"...")`` runs ``python -m bpe_stream.cli.commands`` in a subprocess."""
 
     def run(*args, input: bytes = b"", cwd=None, env=None) -> subprocess.CompletedProcess:
         full_env = dict(os.environ)
@@ -132,7 +132,7 @@ def bpe(tmp_path):
         if env:
             full_env.update(env)
         return subprocess.run(
-            [sys.executable, "-m", "bpe_stream.cli", *[str(a) for a in args]],
+            [sys.executable, "-m", "bpe_stream.cli.commands", *[str(a) for a in args]],
             input=input, capture_output=True, cwd=str(cwd or tmp_path), env=full_env, timeout=H.HANG_TIMEOUT,
         )
 
@@ -231,8 +231,8 @@ def train_base(tmp_path_factory):
     the tokenizer that one uninterrupted ``train ... TRAIN_ARGS`` writes from it, and how many
     checkpoints that run commits.  Tests copy the store before they change it."""
     from bpe_stream import Store
-    from bpe_stream.counting import count_sources, make_settings
-    from bpe_stream.reader import Source
+    from bpe_stream.count.counting import count_sources, make_settings
+    from bpe_stream.inputs.reader import Source
 
     work = tmp_path_factory.mktemp("train")
     files = H.write_slices(work / "in", [("en_100M.txt", 20_000_000, 800_000), ("code_25M.txt", 5_000_000, 400_000)])
@@ -248,8 +248,8 @@ def train_base(tmp_path_factory):
 @pytest.fixture(scope="session")
 def small_tok_file(tmp_path_factory):
     """A small native tokenizer (300 merges, <|endoftext|>) trained in process."""
-    from bpe_stream.pipeline import tokenizer_from_result
-    from bpe_stream.trainer import TrainConfig, Trainer
+    from bpe_stream.train.pipeline import tokenizer_from_result
+    from bpe_stream.train.trainer import TrainConfig, Trainer
 
     work = tmp_path_factory.mktemp("small-tok")
     text = (CS336 / "tinystories_sample.txt").read_bytes()[:60_000]

@@ -59,7 +59,7 @@ class Cmd:
     def argv(self) -> list[str]:
         if self.knobs:
             return [sys.executable, str(SEAMS), *self.args]
-        return [sys.executable, "-m", "bpe_stream.cli", *self.args]
+        return [sys.executable, "-m", "bpe_stream.cli.commands", *self.args]
 
     @property
     def env(self) -> dict:
@@ -192,7 +192,7 @@ def snapshot(store_path) -> dict:
 def _checkpoint(st, txn):
     """The training checkpoint as {"fingerprint", "merges": [[left, right, count], ...]}."""
     try:
-        from bpe_stream.store_checkpoint import read_checkpoint
+        from bpe_stream.store.checkpoint import read_checkpoint
     except ImportError:  # the first layout: everything in one record
         return st.get_train(b"checkpoint", txn)
     return read_checkpoint(st, txn)
@@ -204,7 +204,7 @@ def committed(store_path, what: str = "bytes") -> int:
     import lmdb
 
     from bpe_stream import Store
-    from bpe_stream.store import StoreError
+    from bpe_stream.store.lmdb_store import StoreError
 
     try:
         with Store.open(str(store_path), readonly=True) as st:

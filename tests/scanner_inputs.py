@@ -8,7 +8,7 @@ from pathlib import Path
 import regex
 from hypothesis import strategies as st
 
-from bpe_stream.pretokenize import (
+from bpe_stream.pretok.pretokenize import (
     CL100K_PATTERN,
     GPT2_PATTERN,
     O200K_PATTERN,

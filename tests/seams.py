@@ -1,4 +1,4 @@
-"""The real CLI (``bpe_stream.cli.main``) with test seams, run as ``python tests/seams.py ARGS``
+"""The real CLI (``bpe_stream.cli.commands.main``) with test seams, run as ``python tests/seams.py ARGS``
 (``reliability_helpers.Cmd`` does so whenever a command has knobs).
 
 A test that needs a process stopped, killed or interrupted at a given moment names that
@@ -136,14 +136,14 @@ def replace_everywhere(module, name: str, new) -> None:
 
 
 # -- settings turned down -----------------------------------------------------------------
-import bpe_stream.counting as counting  # noqa: E402 - after the knobs are read
-import bpe_stream.store as store  # noqa: E402
+import bpe_stream.count.counting as counting  # noqa: E402 - after the knobs are read
+import bpe_stream.store.lmdb_store as store  # noqa: E402
 
 for knob in ("range_bytes", "chunk_bytes"):
     if knob in knobs:
         counting.count_sources.__kwdefaults__[knob] = knobs[knob]
 if "beside_bytes" in knobs:
-    import bpe_stream.sources as sources
+    import bpe_stream.count.seen_files as sources
 
     sources.BESIDE_BYTES = knobs["beside_bytes"]
 if "initial_map" in knobs:
@@ -197,7 +197,7 @@ if wanted & {"commit", "apply", "checkpoint"}:
     store.Store._apply_one_chunk = apply_one_chunk
 
 if "checkpoint" in wanted:
-    import bpe_stream.pipeline as pipeline
+    import bpe_stream.train.pipeline as pipeline
 
     real_save = pipeline.Checkpointer.save
 
@@ -286,7 +286,7 @@ def wait_here(marker: str, until=None) -> None:
 
 
 if "pause_after_batch" in knobs:
-    import bpe_stream.store as store
+    import bpe_stream.store.lmdb_store as store
 
     batch_pause, real_add_batch, batches = knobs["pause_after_batch"], store.Store.add_batch, [0]
 
@@ -321,11 +321,11 @@ if "pause_in_task" in knobs:
     setattr(task_module, task_name, task_then_pause)
 
 if "piece_chars" in knobs:
-    import bpe_stream.encoding as encoding
+    import bpe_stream.encode.parallel as encoding
 
     encoding.PIECE_CHARS = knobs["piece_chars"]
 
-from bpe_stream.cli import main  # noqa: E402 - after the seams are in place
+from bpe_stream.cli.commands import main  # noqa: E402 - after the seams are in place
 
 sys.argv[0] = "bpe-stream"
 main()

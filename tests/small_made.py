@@ -13,7 +13,7 @@ TEXT = ("hello world, the quick brown fox jumps over the lazy dog. " * 20 + EOT 
 
 def run_cli(*args):
     """The CLI in process; ``(exit_code, stdout bytes, stderr)``."""
-    from bpe_stream.cli import app
+    from bpe_stream.cli.commands import app
 
     res = CliRunner().invoke(app, [str(a) for a in args])
     return res.exit_code, res.stdout_bytes, res.stderr

@@ -122,7 +122,7 @@ def test_stdin_counts_equal_oracle(cli, tmp_path):
     text = ("Hello<|endoftext|> world's 12345 \xff\xfe 中文😀\r\n\t x" * 30).encode("utf-8", "surrogateescape")
     store = tmp_path / "st"
     ok(cli("count", "--store", store, "--special-token", EOT, input=text))
-    from bpe_stream.store import Store
+    from bpe_stream.store.lmdb_store import Store
 
     expected = Counter(textbook.to_bytes(p) for s, p in
                        textbook.pretokens(text.decode("utf-8", "surrogateescape"), textbook.GPT2_PATTERN, [EOT]) if not s)
@@ -197,7 +197,7 @@ def small_tok(tmp_path_factory):
     """A tokenizer trained through the CLI on a little English (with a special token)."""
     from typer.testing import CliRunner
 
-    from bpe_stream.cli import app
+    from bpe_stream.cli.commands import app
 
     d = tmp_path_factory.mktemp("small")
     runner = CliRunner()
@@ -421,7 +421,7 @@ def test_progress_bar_only_on_a_terminal_and_not_quiet(monkeypatch):
 
     from tqdm import tqdm
 
-    from bpe_stream import cli as cli_mod
+    from bpe_stream.cli import commands as cli_mod
 
     class Terminal(io.StringIO):
         def isatty(self):

@@ -77,7 +77,7 @@ def test_encode_workers_give_identical_output(cli, counted, tmp_path, monkeypatc
     """Small pieces, so the work really spreads over the workers; output equal for any N."""
     import io
 
-    import bpe_stream.encoding as encoding
+    import bpe_stream.encode.parallel as encoding
     from bpe_stream import Tokenizer
 
     ok(cli("train", "--store", counted, "--vocab-size", 500, "--doc-boundaries", "-o", tmp_path / "tok.json"))

@@ -24,9 +24,10 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 from reliability_helpers import oracle
 
-from bpe_stream import counting, streaming
-from bpe_stream.count_table import NativeCountTable, PyCountTable, unpack_counts
-from bpe_stream.counting import (
+from bpe_stream.count import counting
+from bpe_stream.inputs import streaming
+from bpe_stream.count.table import NativeCountTable, PyCountTable, unpack_counts
+from bpe_stream.count.counting import (
     DocumentCounter,
     PartialCounts,
     count_bytes,
@@ -34,9 +35,9 @@ from bpe_stream.counting import (
     make_settings,
     merge_counts,
 )
-from bpe_stream.pretokenize import GPT2_PATTERN, Pretokenizer, SpecialSplitter
-from bpe_stream.reader import InputError, Source, from_bytes, to_bytes
-from bpe_stream.store import Store
+from bpe_stream.pretok.pretokenize import GPT2_PATTERN, Pretokenizer, SpecialSplitter
+from bpe_stream.inputs.reader import InputError, Source, from_bytes, to_bytes
+from bpe_stream.store.lmdb_store import Store
 
 NAMED = ["gpt2", "cl100k", "o200k", "whitespace", "words"]
 NATIVE = NAMED + ["none"]

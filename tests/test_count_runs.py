@@ -18,8 +18,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from bpe_stream import count_table, counting
-from bpe_stream.count_table import MAX_COUNT, PyCountTable, pack_counts, py_merge_runs, py_merge_runs_packed
+from bpe_stream.count import table as count_table, counting
+from bpe_stream.count.table import MAX_COUNT, PyCountTable, pack_counts, py_merge_runs, py_merge_runs_packed
 
 native = pytest.mark.skipif(count_table.NativeCountTable is None, reason="bpe_stream._fastbpe is not built")
 TABLES = [
@@ -210,9 +210,9 @@ def test_two_workers_whose_runs_are_compacted_give_the_store_of_one(tmp_path, mo
     """count_sources with two forked workers and many small ranges, the batch merging its
     runs on the way (more than MAX_RUNS of them, or past an entry threshold): the same words
     and totals as one worker counting into its table."""
-    from bpe_stream.counting import count_sources, make_settings
-    from bpe_stream.reader import Source
-    from bpe_stream.store import Store
+    from bpe_stream.count.counting import count_sources, make_settings
+    from bpe_stream.inputs.reader import Source
+    from bpe_stream.store.lmdb_store import Store
 
     compactions = []
     real_compact = counting._Batch._compact

@@ -11,9 +11,9 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from bpe_stream.count_table import NativeCountTable, PyCountTable, unpack_counts
-from bpe_stream.pretokenize import Pretokenizer, SpecialSplitter
-from bpe_stream.reader import from_bytes, to_bytes
+from bpe_stream.count.table import NativeCountTable, PyCountTable, unpack_counts
+from bpe_stream.pretok.pretokenize import Pretokenizer, SpecialSplitter
+from bpe_stream.inputs.reader import from_bytes, to_bytes
 
 TABLES = [PyCountTable] + ([NativeCountTable] if NativeCountTable is not None else [])
 TOKENS = ["<|endoftext|>", "<|a|>", "<|", "a", "|>x", "\xe9", "\U0001f600"]

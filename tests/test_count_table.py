@@ -21,8 +21,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from scanner_inputs import NAMES, corpus_slices, documents, reference
 
-from bpe_stream import count_table
-from bpe_stream.count_table import MAX_COUNT, PyCountTable, pack_counts, unpack_counts
+from bpe_stream.count import table as count_table
+from bpe_stream.count.table import MAX_COUNT, PyCountTable, pack_counts, unpack_counts
 
 REPO = Path(__file__).resolve().parent.parent
 native = pytest.mark.skipif(count_table.NativeCountTable is None, reason="bpe_stream._fastbpe is not built")
@@ -277,7 +277,7 @@ def test_without_the_extension_everything_falls_back_to_regex():
     # a fresh interpreter in which bpe_stream._fastbpe cannot be imported (as without a compiler)
     code = (
         "import sys; sys.modules['bpe_stream._fastbpe'] = None\n"
-        "from bpe_stream import count_table, scan\n"
+        "from bpe_stream.count import table as count_table; from bpe_stream.pretok import scan\n"
         "assert count_table.CountTable is count_table.PyCountTable and not scan.native_available()\n"
         "table = count_table.CountTable(); table.feed(b'a b a\\xff', 'gpt2')\n"
         "print(sorted(table.to_dict().items()), scan.scan(b'x  y', 'gpt2'))\n"

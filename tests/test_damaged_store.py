@@ -70,8 +70,8 @@ def _branch_pointer_bits(data: bytes, psize: int = 4096) -> list:
 DRIVER = r"""
 import contextlib, io, json, os, shutil, sys, traceback
 from bpe_stream import Tokenizer
-from bpe_stream.cli import app
-from bpe_stream.formats.counts import check_counts
+from bpe_stream.cli.commands import app
+from bpe_stream.store.counts_file import check_counts
 
 bits, source, work = json.loads(sys.argv[1]), sys.argv[2], sys.argv[3]
 data = open(os.path.join(source, "data.mdb"), "rb").read()

@@ -11,7 +11,12 @@ import doctest
 
 import pytest
 
-from bpe_stream import bpe, count_table, memory_engines, pretokenize, sources, streaming, tokenizer
+from bpe_stream import bpe
+from bpe_stream.count import table as count_table, seen_files as sources
+from bpe_stream.train import memory as memory_engines
+from bpe_stream.pretok import pretokenize
+from bpe_stream.inputs import streaming
+from bpe_stream.encode import tokenizer
 
 FLAGS = doctest.ELLIPSIS
 
@@ -38,7 +43,7 @@ def test_standalone_examples(module):
 
 def test_tokenizer_examples_continue_the_class_example():
     tests = _tests(tokenizer)
-    (first,) = [t for t in tests if t.name == "bpe_stream.tokenizer.Tokenizer"]
+    (first,) = [t for t in tests if t.name == "bpe_stream.encode.tokenizer.Tokenizer"]
     runner = _run(first, doctest.DocTestRunner(optionflags=FLAGS))
     assert runner.failures == 0
     shared = {"tok": first.globs["tok"]}

@@ -26,11 +26,13 @@ from scanner_inputs import corpus_slices, fragment
 from test_encode_stream import train, written
 from test_engines import random_tokenizer
 
-from bpe_stream import Tokenizer, encoding, native, scan
-from bpe_stream.ids_io import format_ids, write_ids
-from bpe_stream.reader import InputError
-from bpe_stream.scan import NATIVE_PATTERNS
-from bpe_stream.tokenizer import TokenizerError
+from bpe_stream import Tokenizer, native
+from bpe_stream.encode import parallel as encoding
+from bpe_stream.pretok import scan
+from bpe_stream.encode.ids_io import format_ids, write_ids
+from bpe_stream.inputs.reader import InputError
+from bpe_stream.pretok.scan import NATIVE_PATTERNS
+from bpe_stream.encode.tokenizer import TokenizerError
 
 fastbpe = native.fastbpe
 pytestmark = pytest.mark.skipif(fastbpe is None, reason="the C extension is not built")

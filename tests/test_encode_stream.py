@@ -24,13 +24,14 @@ from conftest import CS336
 from hypothesis import given
 from hypothesis import strategies as st
 
-from bpe_stream import Tokenizer, encoding
-from bpe_stream.counting import count_text, make_settings
-from bpe_stream.ids_io import check_format, format_ids, read_ids, write_ids
-from bpe_stream.pipeline import tokenizer_from_result
-from bpe_stream.reader import InputError, to_bytes
-from bpe_stream.tokenizer import TokenizerError
-from bpe_stream.trainer import TrainConfig, Trainer
+from bpe_stream import Tokenizer
+from bpe_stream.encode import parallel as encoding
+from bpe_stream.count.counting import count_text, make_settings
+from bpe_stream.encode.ids_io import check_format, format_ids, read_ids, write_ids
+from bpe_stream.train.pipeline import tokenizer_from_result
+from bpe_stream.inputs.reader import InputError, to_bytes
+from bpe_stream.encode.tokenizer import TokenizerError
+from bpe_stream.train.trainer import TrainConfig, Trainer
 
 EOT = "<|endoftext|>"
 SPECIALS = [EOT, "<|end|>", "<| sp |>"]  # a prefix of another, and one with a space inside
@@ -198,7 +199,7 @@ def test_strict_utf8_names_the_offset_of_the_first_bad_byte(toks, encoders, work
 
 # -- the gpt2 pretokens by `re` (``pretokenize.gpt2_split``; its own tests are in test_pretokenize.py) --
 def test_only_gpt2_takes_the_fast_split(toks):
-    from bpe_stream.pretokenize import gpt2_split
+    from bpe_stream.pretok.pretokenize import gpt2_split
 
     for name, tok in toks.items():
         assert (tok._split is gpt2_split) == (TOKENIZERS[name][0] == "gpt2"), name
@@ -338,8 +339,8 @@ def test_bad_merges_are_named(toks):
 
 def test_package_attributes_are_lazy_but_there():
     code = (
-        "import sys, bpe_stream, bpe_stream.cli\n"
-        "heavy = [m for m in ('bpe_stream.pipeline', 'bpe_stream.trainer', 'bpe_stream.disk_engine') if m in sys.modules]\n"
+        "import sys, bpe_stream, bpe_stream.cli.commands\n"
+        "heavy = [m for m in ('bpe_stream.train.pipeline', 'bpe_stream.train.trainer', 'bpe_stream.train.disk') if m in sys.modules]\n"
         "assert not heavy, heavy\n"
         "from bpe_stream import Tokenizer, Store, TrainConfig, Trainer, train_bpe, train_from_store, __version__\n"
         "assert {'Tokenizer', 'train_bpe'} <= set(dir(bpe_stream))\n"

@@ -19,11 +19,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from bpe_stream import Store, Tokenizer
-from bpe_stream.counting import count_sources, make_settings
-from bpe_stream.pipeline import tokenizer_from_result, train_from_store
-from bpe_stream.reader import Source
-from bpe_stream.disk_engine import DiskEngine, ScratchError, train_on_disk
-from bpe_stream.trainer import TrainConfig, Trainer, _fastbpe
+from bpe_stream.count.counting import count_sources, make_settings
+from bpe_stream.train.pipeline import tokenizer_from_result, train_from_store
+from bpe_stream.inputs.reader import Source
+from bpe_stream.train.disk import DiskEngine, ScratchError, train_on_disk
+from bpe_stream.train.trainer import TrainConfig, Trainer, _fastbpe
 
 pytestmark = pytest.mark.skipif(_fastbpe is None, reason="the C extension is not built")
 
@@ -178,7 +178,7 @@ def test_store_paths_and_resume_agree_on_corpus(tmp_path):
     assert results["memory"].merges == results["disk"].merges
     # a checkpoint of the first 100 merges, then --resume
     with Store.open(store_dir) as st_:
-        from bpe_stream.pipeline import read_checkpoint, write_checkpoint
+        from bpe_stream.train.pipeline import read_checkpoint, write_checkpoint
 
         cp = read_checkpoint(st_)
         assert [tuple(m[:2]) for m in cp["merges"]] == [m[:2] for m in results["disk"].merges]
@@ -229,7 +229,7 @@ def test_disk_engine_trains_under_an_address_space_limit(tmp_path):
     code = (
         "import resource, sys\n"
         "resource.setrlimit(resource.RLIMIT_AS, (6 << 30, 6 << 30))\n"
-        "from bpe_stream.disk_engine import train_on_disk\n"
+        "from bpe_stream.train.disk import train_on_disk\n"
         "words = [(b'abababcab', 5), (b'cabbage', 3), (b'abc', 2)]\n"
         "done = train_on_disk(words, [bytes([i]) for i in range(256)], None, 'max-bytes', 6, 1, [], sys.argv[1])\n"
         "print([(a, b, c) for a, b, c in done])\n"
@@ -248,7 +248,7 @@ def test_disk_engine_trains_under_an_address_space_limit(tmp_path):
 def test_word_arrays_from_columns_equal_word_by_word(words, min_count, split):
     """WordArrays.add_columns (C loops) builds the arrays that add does pair by pair, over
     any number of blocks: words of one byte and counts below min_count left out."""
-    from bpe_stream.merge_engine import WordArrays
+    from bpe_stream.train.engine import WordArrays
 
     one, columns = WordArrays(), WordArrays()
     one.add(words, min_count)
@@ -273,7 +273,7 @@ def test_disk_path_with_a_quota_equals_memory(tmp_path, words, tie, n, eow, quot
                         tempfile.mkdtemp(dir=tmp_path), quota)
     try:
         engine.load(sorted(words.items()))
-        from bpe_stream.train_driver import drive
+        from bpe_stream.train.driver import drive
 
         done = list(drive(engine, cfg.max_merges(), 1, []))
         stats = engine.memory()

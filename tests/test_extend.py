@@ -134,9 +134,9 @@ def test_extended_gpt2_exports_to_hf_with_the_same_ids(cli, tmp_path, cs336, tex
 
 
 def test_extension_paths_and_engines_agree(cli, tmp_path, cs336, texts):
-    from bpe_stream.pipeline import train_from_store
-    from bpe_stream.store import Store
-    from bpe_stream.trainer import TrainConfig
+    from bpe_stream.train.pipeline import train_from_store
+    from bpe_stream.store.lmdb_store import Store
+    from bpe_stream.train.trainer import TrainConfig
 
     store = count(cli, tmp_path, texts[0], "--special-token", EOT)
     gpt2 = load_any(cs336 / "gpt2_vocab.json")
@@ -277,7 +277,7 @@ def test_a_vocab_size_below_the_tokenizers_is_an_error(cli, tmp_path, cs336):
 def test_unused_ids_and_a_new_merge_repeating_an_existing_tokens_bytes(cli, tmp_path):
     """Merged ids from 300 (256..299 unused); "abc" is a token, but "abc" encodes as a + bc,
     so the first new merge (a, bc) makes a second "abc": a new id, as textbook BPE has it."""
-    from bpe_stream.tokenizer import Tokenizer
+    from bpe_stream.encode.tokenizer import Tokenizer
 
     vocab = {i: bytes([i]) for i in range(256)} | {300: b"bc", 301: b"ab", 302: b"abc"}
     base = Tokenizer(vocab, [(98, 99, 300), (97, 98, 301), (301, 99, 302)], pretokenizer="gpt2")

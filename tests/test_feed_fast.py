@@ -27,9 +27,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 from scanner_inputs import NAMES, corpus_slices, reference
 
-from bpe_stream import count_table
-from bpe_stream import scan as scan_mod
-from bpe_stream.scan import scan_with_regex
+from bpe_stream.count import table as count_table
+from bpe_stream.pretok import scan as scan_mod
+from bpe_stream.pretok.scan import scan_with_regex
 
 pytestmark = pytest.mark.skipif(not scan_mod.native_available(), reason="bpe_stream._fastbpe is not built")
 

@@ -14,7 +14,7 @@ from conftest import assert_user_error
 from small_made import EOT, make_small, run_cli
 
 from bpe_stream import Tokenizer
-from bpe_stream.tokenizer import TokenizerError
+from bpe_stream.encode.tokenizer import TokenizerError
 
 SECRET = "root:x:0:0:TOPSECRET-7f3a"
 
@@ -78,9 +78,7 @@ def test_every_loader_gives_specials_their_text(made, tmp_path, fmt):
 # -- 9. -t reads only regular files, and at most MAX_TOKENIZER_BYTES ---------------------------------
 @pytest.mark.parametrize("device", ["/dev/zero", "/dev/urandom"])
 def test_a_device_as_tokenizer_is_refused_unread(device):
-    from bpe_stream.formats.files import (
-        read_tokenizer_file,  # (before the fix: an ImportError, not a read)
-    )
+    from bpe_stream.formats.files import read_tokenizer_file
 
     if not stat.S_ISCHR(os.stat(device).st_mode):
         pytest.skip(f"{device} is not a character device here")

@@ -24,8 +24,8 @@ from conftest import assert_clean_error, ok, stderr_text
 from reliability_helpers import EOT, Cmd
 
 from bpe_stream import Store
-from bpe_stream.counting import count_sources, make_settings
-from bpe_stream.reader import Source
+from bpe_stream.count.counting import count_sources, make_settings
+from bpe_stream.inputs.reader import Source
 
 zstandard = pytest.importorskip("zstandard", reason="the zstd extra (zstandard) is not installed")
 pa = pytest.importorskip("pyarrow", reason="the parquet extra (pyarrow) is not installed")
@@ -339,7 +339,7 @@ def test_a_bad_record_in_a_later_batch_keeps_the_committed_ones_and_reruns_the_s
     good = jsonl(DOCS).splitlines(keepends=True)
     path = tmp_path / "late.jsonl"
     path.write_bytes(b"".join(good[:150]) + b"oops\n" + b"".join(good[150:]))
-    from bpe_stream.reader import InputError
+    from bpe_stream.inputs.reader import InputError
 
     with pytest.raises(InputError, match="late.jsonl line 151: not JSON"):
         count_lib(tmp_path / "st", [path])
@@ -458,8 +458,8 @@ def tok_file(tmp_path_factory, refs):
     d = tmp_path_factory.mktemp("tok")
     (d / "joined.txt").write_bytes(EOT.encode().join(DOCS))
     count_lib(d / "st", [d / "joined.txt"])
-    from bpe_stream.pipeline import train_from_store
-    from bpe_stream.trainer import TrainConfig
+    from bpe_stream.train.pipeline import train_from_store
+    from bpe_stream.train.trainer import TrainConfig
 
     with Store.open(str(d / "st")) as st:
         tok, _ = train_from_store(st, TrainConfig(vocab_size=600), lambda *a: None)
@@ -535,7 +535,7 @@ def test_encode_bad_records(bpe, tmp_path, tok_file):
 
 def test_documents_module_reads_what_it_is_given(tmp_path):
     """iter_documents straight: a zstd file of several frames is read across them."""
-    from bpe_stream.documents import InputForm, iter_documents
+    from bpe_stream.inputs.documents import InputForm, iter_documents
 
     frames = zstandard.ZstdCompressor().compress(b"one ") + zstandard.ZstdCompressor().compress(b"two")
     (tmp_path / "f.txt.zst").write_bytes(frames)
@@ -547,7 +547,7 @@ def test_a_run_without_cuts_in_a_compressed_file_is_cut_between_its_capped_piece
     """A 3 MB run of one character in a .gz file: the parent cuts the decompressed text with
     the store's cap (between the run's pieces of max_token_bytes), so no piece holds the whole
     run, and the store is the plain file's."""
-    from bpe_stream.documents import count_pieces, with_form
+    from bpe_stream.inputs.documents import count_pieces, with_form
 
     text = b"some words first " + b"x" * 3_000_000 + b" and words after"
     (tmp_path / "run.txt").write_bytes(text)

@@ -16,13 +16,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from conftest import assert_user_error, fewer_examples, tiktoken_pattern
-from bpe_stream.counting import make_settings
+from bpe_stream.count.counting import make_settings
 from bpe_stream.formats import export_tokenizer, load_any, truncate
 from bpe_stream.formats.native import rules_digest
 from bpe_stream.formats.tiktoken_file import tiktoken_encoding
-from bpe_stream.pipeline import count_file, tokenizer_from_result
-from bpe_stream.tokenizer import Tokenizer, TokenizerError
-from bpe_stream.trainer import TrainConfig, Trainer
+from bpe_stream.train.pipeline import count_file, tokenizer_from_result
+from bpe_stream.encode.tokenizer import Tokenizer, TokenizerError
+from bpe_stream.train.trainer import TrainConfig, Trainer
 
 tokenizers = pytest.importorskip("tokenizers")
 tiktoken = pytest.importorskip("tiktoken")

@@ -18,7 +18,7 @@ import pytest
 import reliability_helpers as H
 from reliability_helpers import EOT, Cmd
 
-from bpe_stream.pretokenize import GPT2_PATTERN
+from bpe_stream.pretok.pretokenize import GPT2_PATTERN
 
 
 @pytest.fixture(scope="module")
@@ -68,11 +68,11 @@ COUNT_PAUSES = {
     # the parent, right after its second committed batch (threads busy with later ranges)
     "parent-after-a-batch": ((), lambda marker: {"pause_after_batch": {"n": 2, "marker": marker}}),
     # a counting thread, inside its third range (the parent waits for that result)
-    "thread-inside-a-task": ((), lambda marker: {"pause_in_task": {"function": "bpe_stream.counting.count_range_shared",
+    "thread-inside-a-task": ((), lambda marker: {"pause_in_task": {"function": "bpe_stream.count.counting.count_range_shared",
                                                                    "n": 3, "marker": marker}}),
     # the same with worker processes
     "parent-after-a-batch-of-workers": (PROCESSES, lambda marker: {"pause_after_batch": {"n": 2, "marker": marker}}),
-    "worker-inside-a-task": (PROCESSES, lambda marker: {"pause_in_task": {"function": "bpe_stream.counting.count_range",
+    "worker-inside-a-task": (PROCESSES, lambda marker: {"pause_in_task": {"function": "bpe_stream.count.counting.count_range",
                                                                           "n": 2, "marker": marker}}),
 }
 
@@ -104,7 +104,7 @@ def test_ctrl_c_while_one_workers_check_thread_rereads_a_range_stops_and_the_sto
     marker = tmp_path / "paused"
     args = ("count", "--store", store, "--special-token", EOT, "--max-memory", "1M", "-w", "1", *files)
     knobs = {"range_bytes": 32 << 10, "beside_bytes": 0,
-             "pause_in_task": {"function": "bpe_stream.sources.feed", "n": 2, "marker": str(marker)}}
+             "pause_in_task": {"function": "bpe_stream.count.seen_files.feed", "n": 2, "marker": str(marker)}}
     proc = H.start(Cmd(*args, knobs=knobs), tmp_path, stderr=subprocess.PIPE)
     rc, lines = _interrupt(proc, marker)
     assert rc == 130, (rc, lines)
@@ -135,7 +135,7 @@ def test_ctrl_c_during_encode_with_two_workers_stops_them_and_keeps_the_old_outp
     out.write_bytes(b"the old output\n")
     marker = tmp_path / "paused"
     knobs = {"piece_chars": 16 << 10,
-             "pause_in_task": {"function": "bpe_stream.encoding._encode_bytes", "n": 4, "marker": str(marker)}}
+             "pause_in_task": {"function": "bpe_stream.encode.parallel._encode_bytes", "n": 4, "marker": str(marker)}}
     proc = H.start(Cmd("encode", "-t", tokenizer, "-w", "2", "-o", out, doc, knobs=knobs), tmp_path,
                    stderr=subprocess.PIPE)
     rc, lines = _interrupt(proc, marker)
@@ -153,7 +153,7 @@ def test_a_worker_killed_from_outside_is_one_error_line_not_a_hang(tmp_path, fil
     marker = tmp_path / "paused"
     args = ("count", "--store", store, "--special-token", EOT, "--max-memory", "1M", "-w", "2", *PROCESSES, *files)
     knobs = {"range_bytes": 32 << 10,
-             "pause_in_task": {"function": "bpe_stream.counting.count_range", "n": 2, "marker": str(marker)}}
+             "pause_in_task": {"function": "bpe_stream.count.counting.count_range", "n": 2, "marker": str(marker)}}
     proc = H.start(Cmd(*args, knobs=knobs), tmp_path, stderr=subprocess.PIPE)
     try:
         _wait_for(marker, proc)

@@ -8,8 +8,8 @@ import pytest
 
 from bpe_stream import Store, Tokenizer, train_bpe, train_from_iterator
 from bpe_stream.formats import load_any
-from bpe_stream.store import StoreError
-from bpe_stream.tokenizer import TokenizerError
+from bpe_stream.store.lmdb_store import StoreError
+from bpe_stream.encode.tokenizer import TokenizerError
 
 EOT = "<|endoftext|>"
 

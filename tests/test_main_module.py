@@ -15,10 +15,10 @@ def test_python_dash_m_runs_the_command_line():
 
 def test_every_way_in_runs_the_entry_point():
     """The console script (setup.cfg), ``bin/bpe-stream`` and ``python -m bpe_stream`` all call
-    ``bpe_stream.entry.main``, which owns the start-up."""
-    assert "bpe-stream = bpe_stream.entry:main" in (REPO / "setup.cfg").read_text()
-    assert "from bpe_stream.entry import main" in (REPO / "bin" / "bpe-stream").read_text()
-    assert "from .entry import main" in (REPO / "bpe_stream" / "__main__.py").read_text()
+    ``bpe_stream.cli.entry.main``, which owns the start-up."""
+    assert "bpe-stream = bpe_stream.cli.entry:main" in (REPO / "setup.cfg").read_text()
+    assert "from bpe_stream.cli.entry import main" in (REPO / "bin" / "bpe-stream").read_text()
+    assert "from .cli.entry import main" in (REPO / "bpe_stream" / "__main__.py").read_text()
     res = subprocess.run([sys.executable, str(REPO / "bin" / "bpe-stream"), "--version"], capture_output=True,
                          text=True, cwd=REPO)
     assert res.returncode == 0 and "0.1.0" in res.stdout, (res.returncode, res.stdout, res.stderr)
@@ -35,12 +35,12 @@ class Watch:
 
 sys.meta_path.insert(0, Watch())
 sys.argv = ["bpe-stream", "--version"]
-from bpe_stream import entry
+from bpe_stream.cli import entry
 try:
     entry.main()
 except SystemExit as exc:
     assert not exc.code, exc.code
-print(seen["bpe_stream.cli"], seen["typer"], gc.isenabled())
+print(seen["bpe_stream.cli.commands"], seen["typer"], gc.isenabled())
 """
 
 

@@ -22,10 +22,10 @@ from hypothesis import strategies as st
 from scanner_inputs import CORPORA, NAMES, documents, fragment
 
 import reliability_helpers as H
-from bpe_stream import pretokenize
-from bpe_stream.counting import make_settings
+from bpe_stream.pretok import pretokenize
+from bpe_stream.count.counting import make_settings
 from bpe_stream.native import fastbpe
-from bpe_stream.pretokenize import (
+from bpe_stream.pretok.pretokenize import (
     DEFAULT_MAX_TOKEN_BYTES,
     Pretokenizer,
     SpecialSplitter,
@@ -34,9 +34,9 @@ from bpe_stream.pretokenize import (
     find_byte_cut,
     last_piece_byte_cut,
 )
-from bpe_stream.scan import scan, scan_with_regex
-from bpe_stream.store import Store
-from bpe_stream.tokenizer import Tokenizer
+from bpe_stream.pretok.scan import scan, scan_with_regex
+from bpe_stream.store.lmdb_store import Store
+from bpe_stream.encode.tokenizer import Tokenizer
 from conftest import assert_user_error, ok, stderr_text
 from reliability_helpers import Cmd
 

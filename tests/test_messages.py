@@ -14,8 +14,8 @@ from conftest import assert_user_error
 from small_made import EOT, make_small, run_cli
 
 from bpe_stream import Tokenizer
-from bpe_stream.counting import count_text, make_settings
-from bpe_stream.pretokenize import PretokenizeError, Pretokenizer
+from bpe_stream.count.counting import count_text, make_settings
+from bpe_stream.pretok.pretokenize import PretokenizeError, Pretokenizer
 
 NOT_UTF8 = "\udcff\udcfe"  # what the bytes ff fe on a command line arrive as
 

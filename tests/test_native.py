@@ -21,9 +21,9 @@ from pathlib import Path
 import pytest
 
 from bpe_stream import bpe, native
-from bpe_stream.disk_engine import train_on_disk
-from bpe_stream.tokenizer import TokenizerError
-from bpe_stream.trainer import TrainConfig, Trainer, TrainError
+from bpe_stream.train.disk import train_on_disk
+from bpe_stream.encode.tokenizer import TokenizerError
+from bpe_stream.train.trainer import TrainConfig, Trainer, TrainError
 
 REPO = Path(__file__).resolve().parents[1]
 CSRC = REPO / "bpe_stream" / "csrc"
@@ -48,8 +48,8 @@ def test_c_and_python_hold_the_same_tie_breaks():
 
 
 @pytest.mark.parametrize("module, fake", [
-    ("trainer", "TIE_BREAKS=('min-ids', 'max-bytes', 'min-bytes')"),
-    ("trainer", ""),  # a build from before the constants existed
+    ("train.trainer", "TIE_BREAKS=('min-ids', 'max-bytes', 'min-bytes')"),
+    ("train.trainer", ""),  # a build from before the constants existed
 ])
 def test_an_extension_built_from_other_sources_stops_the_import(module, fake):
     code = (f"import types; from bpe_stream import bpe, native; native.fastbpe = types.SimpleNamespace({fake}); "
@@ -174,7 +174,7 @@ def test_tokens_past_the_limit_are_too_large_on_both_paths(tmp_path):
 
 @needs_c
 def test_a_pretoken_past_the_limit_is_too_large_for_the_encoder(tmp_path):
-    from bpe_stream.pipeline import tokenizer_from_result
+    from bpe_stream.train.pipeline import tokenizer_from_result
 
     tok = tokenizer_from_result(train_c([(b"abab", 3)], num_merges=2), "none", "max-bytes")
     with limit32(300):

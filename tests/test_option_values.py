@@ -131,8 +131,8 @@ def test_a_count_at_the_limit_round_trips(tmp_path):
 def test_the_store_refuses_a_count_past_2_to_the_63_whole(tmp_path):
     """The store's own guard (a batch from any source): the transaction is refused whole."""
     from bpe_stream import Store
-    from bpe_stream.counting import make_settings
-    from bpe_stream.store import StoreError
+    from bpe_stream.count.counting import make_settings
+    from bpe_stream.store.lmdb_store import StoreError
 
     with Store.open(str(tmp_path / "s"), create=True) as st:
         st.ensure_settings(make_settings())
@@ -157,7 +157,7 @@ def test_pair_counts_past_2_to_the_63_are_one_error_not_a_wrong_merge(tmp_path):
 
 
 def test_the_python_merge_loop_refuses_the_same(tmp_path):
-    from bpe_stream.trainer import MergeLog, TrainError
+    from bpe_stream.train.trainer import MergeLog, TrainError
 
     log = MergeLog([(97, 97, TOP)])
     with pytest.raises(TrainError, match="pass 2\\*\\*63-1"):
@@ -183,7 +183,7 @@ def test_decode_of_ids_that_are_not_ids_is_one_error(made, tmp_path, text, fragm
 # -- a closed stdout ----------------------------------------------------------------------
 def run_with_stdout_closed(*args, cwd):
     env = dict(os.environ, PYTHONPATH=str(REPO))
-    return subprocess.run([sys.executable, "-m", "bpe_stream.cli", *map(str, args)], cwd=str(cwd), env=env,
+    return subprocess.run([sys.executable, "-m", "bpe_stream.cli.commands", *map(str, args)], cwd=str(cwd), env=env,
                           stdin=subprocess.DEVNULL, stderr=subprocess.PIPE, preexec_fn=lambda: os.close(1))
 
 

@@ -153,9 +153,7 @@ def test_character_devices_and_fifos_are_written_directly(tmp_path):
 @pytest.mark.skipif(not stat.S_ISCHR(os.stat("/dev/null").st_mode), reason="/dev/null is not a character device here")
 @pytest.mark.parametrize("name", COMMANDS)
 def test_output_onto_dev_null_leaves_the_device(made, name):
-    from bpe_stream.atomic import (
-        output_target,  # (before the fix this import fails: /dev/null is never written)
-    )
+    from bpe_stream.atomic import output_target
 
     assert output_target("/dev/null")[1], "a write to /dev/null would not be direct"
     code, _, err = run_cli(*command(made, name, "/dev/null"))

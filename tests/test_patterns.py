@@ -15,8 +15,8 @@ from conftest import fewer_examples
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from bpe_stream.formats.patterns import from_fancy, from_oniguruma, pretokenizer_for_pattern, to_fancy, to_oniguruma
-from bpe_stream.pretokenize import CL100K_PATTERN, GPT2_PATTERN, O200K_PATTERN, WHITESPACE_PATTERN, Pretokenizer
-from bpe_stream.tokenizer import TokenizerError
+from bpe_stream.pretok.pretokenize import CL100K_PATTERN, GPT2_PATTERN, O200K_PATTERN, WHITESPACE_PATTERN, Pretokenizer
+from bpe_stream.encode.tokenizer import TokenizerError
 
 HYPO = settings(fewer_examples(40), suppress_health_check=list(HealthCheck))  # patterns compiled by three engines
 texts = st.lists(st.sampled_from(["a", "ab", "7", "123", " ", "  ", "\n", "\t", " \n", "!", "é", "日本"]), max_size=12).map("".join)

@@ -17,9 +17,9 @@ from conftest import fewer_examples, tiktoken_pattern
 from hypothesis import given
 from hypothesis import strategies as st
 
-from bpe_stream import reader
-from bpe_stream.counting import DocumentCounter, count_text, make_settings
-from bpe_stream.pretokenize import (
+from bpe_stream.inputs import reader
+from bpe_stream.count.counting import DocumentCounter, count_text, make_settings
+from bpe_stream.pretok.pretokenize import (
     FAMILY_CUT_MIN_CHARS,
     PretokenizeError,
     Pretokenizer,

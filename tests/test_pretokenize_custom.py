@@ -13,8 +13,8 @@ from conftest import fewer_examples
 from hypothesis import given
 from hypothesis import strategies as st
 
-from bpe_stream.counting import DocumentCounter, make_settings
-from bpe_stream.pretokenize import CUSTOM_LOOKAHEAD_MARGIN, Pretokenizer, PretokenizeError
+from bpe_stream.count.counting import DocumentCounter, make_settings
+from bpe_stream.pretok.pretokenize import CUSTOM_LOOKAHEAD_MARGIN, Pretokenizer, PretokenizeError
 
 PATTERNS = [r"\S+|\s+", r"\p{L}+|\p{N}+|\s+(?!\S)|\s+|[^\s\p{L}\p{N}]+", r"(?:\w+'?)+|\s|[^\w\s]+"]
 

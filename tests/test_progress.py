@@ -49,7 +49,7 @@ def _env() -> dict:
 
 
 def _command(*args) -> list:
-    return [sys.executable, "-m", "bpe_stream.cli", *map(str, args)]
+    return [sys.executable, "-m", "bpe_stream.cli.commands", *map(str, args)]
 
 
 def under_terminal(cwd: Path, *args, stdin: bytes = b""):

@@ -19,8 +19,8 @@ import reliability_helpers as H
 from reliability_helpers import EOT, Cmd
 
 from bpe_stream import Store, Tokenizer
-from bpe_stream.counting import count_sources, make_settings
-from bpe_stream.reader import Source
+from bpe_stream.count.counting import count_sources, make_settings
+from bpe_stream.inputs.reader import Source
 
 
 def _traceback_summary(err: str) -> str:
@@ -180,8 +180,8 @@ def test_stats_and_train_during_a_count_read_one_consistent_snapshot(tmp_path, c
     their read transaction open (the header read, the words not yet); the count then commits
     half of the input more, and only then do they read the words.  Both must report exactly
     the state their transaction began in; a ``stats`` started then reports the later state."""
-    from bpe_stream.pipeline import tokenizer_from_result
-    from bpe_stream.trainer import TrainConfig, Trainer
+    from bpe_stream.train.pipeline import tokenizer_from_result
+    from bpe_stream.train.trainer import TrainConfig, Trainer
 
     store = tmp_path / "store"
     # no staging: every commit of the count is one whole batch

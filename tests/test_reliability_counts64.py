@@ -13,7 +13,7 @@ from conftest import ok
 from reliability_helpers import EOT
 
 from bpe_stream import Store, Tokenizer
-from bpe_stream.counting import make_settings
+from bpe_stream.count.counting import make_settings
 
 BIG = {b"ab": 2 ** 53 + 1, b"cd": 2 ** 53, b"ef": 2 ** 32 + 1, b"gh": 7}
 # exact order: ab, cd, ef, gh.  As doubles, ab and cd tie (max-bytes then picks cd first); cut
@@ -69,8 +69,8 @@ def test_counts_above_2_32_are_exact_end_to_end(cli, tmp_path, big_store, path):
 
 
 def test_counts_above_2_32_in_the_python_trainer_and_both_c_paths(big_store):
-    from bpe_stream.pipeline import train_from_store
-    from bpe_stream.trainer import TrainConfig
+    from bpe_stream.train.pipeline import train_from_store
+    from bpe_stream.train.trainer import TrainConfig
 
     results = []
     for engine, path in (("python", "memory"), ("c", "memory"), ("c", "disk")):

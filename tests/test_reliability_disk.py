@@ -16,11 +16,11 @@ import reliability_helpers as H
 from conftest import assert_clean_error, ok
 from reliability_helpers import EOT, Cmd
 
-from bpe_stream.store import StoreError
+from bpe_stream.store.lmdb_store import StoreError
 
 
 class _CappedLmdb:
-    """The ``lmdb`` module as ``bpe_stream.store`` sees it, except that a map cannot grow past
+    """The ``lmdb`` module as ``bpe_stream.store.lmdb_store`` sees it, except that a map cannot grow past
     ``cap`` bytes: ``set_mapsize`` fails as it does when the address space or the disk runs out."""
 
     def __init__(self, cap):
@@ -60,7 +60,7 @@ def _snapshot_unless_a_batch_is_unfinished(store):
 
 def test_count_when_the_map_cannot_grow_stops_cleanly_and_finishes_later(cli, tmp_path, monkeypatch, corpus_files,
                                                                          corpus_oracle):
-    from bpe_stream import store as store_mod
+    from bpe_stream.store import lmdb_store as store_mod
 
     capped = _CappedLmdb(cap=512 << 10)
     monkeypatch.setattr(store_mod, "lmdb", capped)

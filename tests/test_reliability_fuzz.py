@@ -48,7 +48,7 @@ class _ShortReads:
 
 @given(fuzz_bytes, st.integers(1, 9), st.lists(st.integers(1, 7), min_size=1, max_size=5), st.booleans())
 def test_fuzz_chunked_reader_is_byte_exact_and_strict_names_the_first_bad_byte(data, chunk, reads, strict):
-    from bpe_stream.reader import InputError, decode_chunks, to_bytes
+    from bpe_stream.inputs.reader import InputError, decode_chunks, to_bytes
 
     try:
         data.decode("utf-8")
@@ -70,7 +70,7 @@ def test_fuzz_chunked_reader_is_byte_exact_and_strict_names_the_first_bad_byte(d
 @given(fuzz_text, st.sampled_from(["gpt2", "cl100k", "o200k", "whitespace", "words", "none", r"regex:\S+|\s+"]),
        st.sampled_from([[], [EOT], ["<|a|>", "<|a|><|b|>", "<|a", "|>"]]), st.lists(st.integers(0, 12), max_size=8))
 def test_fuzz_pretokenizers_stream_like_the_whole_and_lose_nothing(text, name, specials, cuts):
-    from bpe_stream.pretokenize import Pretokenizer, SpecialSplitter, StreamSplitter
+    from bpe_stream.pretok.pretokenize import Pretokenizer, SpecialSplitter, StreamSplitter
 
     pre = Pretokenizer.from_name(name)
     splitter = SpecialSplitter(specials)
@@ -238,8 +238,8 @@ def test_every_field_of_a_tokenizer_file_edited_gives_tokenizer_error_or_a_token
 
 def _load_must_be_clean(path):
     from bpe_stream.formats import load_any
-    from bpe_stream.pretokenize import PretokenizeError
-    from bpe_stream.tokenizer import TokenizerError
+    from bpe_stream.pretok.pretokenize import PretokenizeError
+    from bpe_stream.encode.tokenizer import TokenizerError
 
     try:
         tok = load_any(path)

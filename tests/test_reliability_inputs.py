@@ -23,13 +23,13 @@ from pathlib import Path
 import lmdb
 import pytest
 import reliability_helpers as H
-from bpe_stream.pretokenize import DEFAULT_MAX_TOKEN_BYTES, cap_pieces
+from bpe_stream.pretok.pretokenize import DEFAULT_MAX_TOKEN_BYTES, cap_pieces
 from conftest import assert_clean_error, ok, stderr_text
 from reliability_helpers import EOT, Cmd
 
 from bpe_stream import Store, Tokenizer
-from bpe_stream.counting import count_sources, make_settings
-from bpe_stream.reader import Source
+from bpe_stream.count.counting import count_sources, make_settings
+from bpe_stream.inputs.reader import Source
 
 
 def store_state(path: Path):

@@ -61,7 +61,7 @@ def test_outputs_killed_between_writes_are_the_old_or_the_new_whole(tmp_path, tr
     as the new one, never as a mix of both.  The old one is the full tokenizer, the new one
     its first 1,000 tokens (``export --vocab-size 1000``), as when an export is redone."""
     from bpe_stream.formats import export_tokenizer, load_any, truncate
-    from bpe_stream.tokenizer import TokenizerError
+    from bpe_stream.encode.tokenizer import TokenizerError
 
     base, ref, _ = train_base
     full = Tokenizer.load(ref)

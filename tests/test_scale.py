@@ -19,11 +19,11 @@ import pytest
 import reliability_helpers as H
 from conftest import assert_user_error
 
-from bpe_stream.counting import count_sources, make_settings
-from bpe_stream.formats.counts import CountsFormatError, check_counts, escape, unescape
-from bpe_stream.store_batches import BatchAdder
-from bpe_stream.reader import Source
-from bpe_stream.store import Store
+from bpe_stream.count.counting import count_sources, make_settings
+from bpe_stream.store.counts_file import CountsFormatError, check_counts, escape, unescape
+from bpe_stream.store.batches import BatchAdder
+from bpe_stream.inputs.reader import Source
+from bpe_stream.store.lmdb_store import Store
 
 EOT = "<|endoftext|>"
 NO_DASK = "the dask extra is not installed (pip install -e '.[dask]')"
@@ -230,7 +230,7 @@ def _fail_after(monkeypatch, n):
 
 
 def test_interrupted_import_and_merge_resume_exactly(cli, tmp_path, monkeypatch):
-    from bpe_stream.store_merge import import_counts, merge_store
+    from bpe_stream.store.merge import import_counts, merge_store
 
     files = make_corpus(tmp_path / "corpus", 2, 60_000, seed=3)
     ref = tmp_path / "ref"
@@ -342,7 +342,7 @@ def test_dask_count_equals_local_count_and_trains_the_same(cli, tmp_path):
 def test_dask_ranges_and_stdin_equal_local(tmp_path, dask_cluster, monkeypatch):
     import io
 
-    from bpe_stream.engines.dask_engine import DaskRunner
+    from bpe_stream.parallel.dask_runner import DaskRunner
 
     files = make_corpus(tmp_path / "corpus", 3, 120_000, seed=4)
     settings = make_settings("gpt2", [EOT])
@@ -361,7 +361,7 @@ def test_dask_ranges_and_stdin_equal_local(tmp_path, dask_cluster, monkeypatch):
 
 
 def test_dask_interrupted_in_process_resumes_mid_file(tmp_path, dask_cluster):
-    from bpe_stream.engines.dask_engine import DaskRunner
+    from bpe_stream.parallel.dask_runner import DaskRunner
 
     files = make_corpus(tmp_path / "corpus", 2, 150_000, seed=5)
     settings = make_settings("gpt2", [EOT])

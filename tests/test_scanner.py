@@ -2,7 +2,7 @@
 
 The reference is, for each named pattern P and bytes ``data``,
 ``[m.encode("utf-8", "surrogateescape") for m in regex.findall(P, data.decode("utf-8", "surrogateescape"))]``
-(``none``: the whole input, if any).  Both ``bpe_stream.scan``'s native scanner and its
+(``none``: the whole input, if any).  Both ``bpe_stream.pretok.scan``'s native scanner and its
 ``regex`` fallback are held to it: by hypothesis, over text drawn from every Unicode general
 category, the spaces ``regex`` calls ``\\s`` and those it does not, marks, digits of every
 script, contractions in mixed case and invalid UTF-8; by every code point in several
@@ -29,7 +29,7 @@ from scanner_inputs import (
     reference,
 )
 
-from bpe_stream import scan as scan_mod
+from bpe_stream.pretok import scan as scan_mod
 
 native = pytest.mark.skipif(not scan_mod.native_available(), reason="bpe_stream._fastbpe is not built")
 SCANNERS = [

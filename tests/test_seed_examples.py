@@ -13,8 +13,8 @@ import textbook
 
 from bpe_stream import Store, TrainConfig, Trainer, train_from_store
 from bpe_stream import bpe as core
-from bpe_stream.counting import count_sources, count_text, make_settings
-from bpe_stream.reader import Source
+from bpe_stream.count.counting import count_sources, count_text, make_settings
+from bpe_stream.inputs.reader import Source
 
 EOT = "<|endoftext|>"
 

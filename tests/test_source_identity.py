@@ -30,10 +30,10 @@ from test_interrupts import _wait_for
 from test_store import SETTING_CHOICES, doc_st, oracle_counts
 
 from bpe_stream import Store
-from bpe_stream.counting import count_sources, make_settings
-from bpe_stream.pretokenize import GPT2_PATTERN
-from bpe_stream.reader import Source
-from bpe_stream.sources import Refused
+from bpe_stream.count.counting import count_sources, make_settings
+from bpe_stream.pretok.pretokenize import GPT2_PATTERN
+from bpe_stream.inputs.reader import Source
+from bpe_stream.count.seen_files import Refused
 
 TEXT = b"The same words, the same file: counted once.<|endoftext|>And once only.\n"
 
@@ -367,7 +367,7 @@ def test_a_file_written_to_while_it_is_counted_is_an_error_and_counted_right_lat
     f.write_bytes(TEXT * 2000)
     store, marker, go_on = tmp_path / "store", tmp_path / "paused", tmp_path / "go-on"
     knobs = {"range_bytes": 16 << 10,
-             "pause_in_task": {"function": f"bpe_stream.counting.{function}", "n": 1, "after": True,
+             "pause_in_task": {"function": f"bpe_stream.count.counting.{function}", "n": 1, "after": True,
                                "marker": str(marker), "until": str(go_on)}}
     if beside is not None:
         knobs["beside_bytes"] = beside
@@ -419,7 +419,7 @@ def test_a_grown_file_whose_old_counts_the_store_no_longer_holds_is_one_error(tm
 def test_a_range_check_is_the_same_for_any_chunking_and_differs_after_a_byte_changes(data, cuts, flip):
     """The worker's and the parent's checks of one range (fed in different blocks) agree;
     after a changed byte they do not (CRC-32 catches every error within 32 bits)."""
-    from bpe_stream.sources import RangeCheck
+    from bpe_stream.count.seen_files import RangeCheck
 
     whole, parts = RangeCheck(), RangeCheck()
     whole.update(data)
@@ -439,7 +439,7 @@ def test_a_range_check_is_the_same_for_any_chunking_and_differs_after_a_byte_cha
 def test_same_bytes_holds_for_any_blocks_of_the_bytes_counted_and_for_nothing_else(data, cuts, flip):
     """One worker's check (the bytes it counted, compared with the parent's blocks): any
     blocks of those bytes match; a changed byte, a byte less or a byte more does not."""
-    from bpe_stream.sources import SameBytes
+    from bpe_stream.count.seen_files import SameBytes
 
     def fed(blocks):
         check = SameBytes(data)
@@ -464,7 +464,7 @@ def test_a_range_counted_in_this_process_is_hashed_beside_its_count(tmp_path, mo
     and the check says whether the bytes re-read were the bytes counted."""
     import threading
 
-    from bpe_stream import sources
+    from bpe_stream.count import seen_files as sources
 
     monkeypatch.setattr(sources, "BESIDE_BYTES", beside_bytes)
     data = TEXT * 50
@@ -499,8 +499,8 @@ def test_a_failed_re_read_beside_a_count_is_raised_after_it_and_a_failed_count_w
     """A file cut short under the count is the re-read's InputError, raised once the count is
     done; a count that raised (Ctrl-C, a full table) raises its own error, and with a thread
     the re-read was waited for."""
-    from bpe_stream import sources
-    from bpe_stream.reader import InputError
+    from bpe_stream.count import seen_files as sources
+    from bpe_stream.inputs.reader import InputError
 
     monkeypatch.setattr(sources, "BESIDE_BYTES", beside_bytes)
     f = tmp_path / "f.txt"

@@ -16,7 +16,7 @@ import pytest
 import regex
 from conftest import REPO
 
-from bpe_stream import pretokenize
+from bpe_stream.pretok import pretokenize
 from bpe_stream.native import fastbpe
 
 needs_c = pytest.mark.skipif(fastbpe is None, reason="the C extension is not built")
@@ -26,7 +26,7 @@ needs_c = pytest.mark.skipif(fastbpe is None, reason="the C extension is not bui
 _RUN = (
     "import json, sys\n"
     "{prelude}\n"
-    "from bpe_stream.cli import main\n"
+    "from bpe_stream.cli.commands import main\n"
     "sys.argv = ['bpe-stream'] + json.loads(sys.argv[1])\n"
     "try:\n"
     "    main()\n"
@@ -102,8 +102,8 @@ def test_space_chars_are_what_regex_takes_for_a_space():
 def test_named_pretokenizers_and_special_tokens_compile_no_pattern_until_used():
     code = (
         "import sys\n"
-        "from bpe_stream.pretokenize import Pretokenizer, SpecialSplitter, find_byte_cut\n"
-        "from bpe_stream import counting\n"
+        "from bpe_stream.pretok.pretokenize import Pretokenizer, SpecialSplitter, find_byte_cut\n"
+        "from bpe_stream.count import counting\n"
         "counting.make_settings('gpt2', ['<|endoftext|>'])\n"
         "gpt2 = Pretokenizer.from_name('gpt2')\n"
         "assert find_byte_cut('Hello café again'.encode(), 6, gpt2, []) == 11\n"  # after a non-ASCII letter
@@ -121,7 +121,7 @@ def test_the_script_leaves_the_objects_of_the_run_to_the_exit(tmp_path):
     (tmp_path / "a.txt").write_text(TEXT, encoding="utf-8")
     code = (
         "import gc, sys\n"
-        "from bpe_stream.cli import main\n"
+        "from bpe_stream.cli.commands import main\n"
         "sys.argv = ['bpe-stream', 'count', 'a.txt', '--store', 'st', '-w', '1']\n"
         "try:\n"
         "    main()\n"
@@ -140,7 +140,7 @@ def test_the_modules_imported_before_a_command_are_frozen_while_it_runs(tmp_path
     # passes during a train (its merges, its tokenizer document) then skip typer, click and ours.
     import gc
 
-    from bpe_stream import cli
+    from bpe_stream.cli import commands as cli
 
     seen = []
     monkeypatch.setattr(cli, "app_for", lambda args: lambda prog_name: seen.append(gc.get_freeze_count()))
@@ -153,13 +153,13 @@ def test_the_modules_imported_before_a_command_are_frozen_while_it_runs(tmp_path
 
 
 def _command_names():
-    from bpe_stream.cli import app
+    from bpe_stream.cli.commands import app
 
     return [c.name or c.callback.__name__.replace("_", "-") for c in app.registered_commands]
 
 
 def test_a_command_runs_on_an_app_that_holds_it_alone():
-    from bpe_stream.cli import app, app_for
+    from bpe_stream.cli.commands import app, app_for
 
     names = _command_names()
     assert len(names) == 11 and "eval" in names and "export-counts" in names
@@ -174,7 +174,7 @@ def test_a_command_runs_on_an_app_that_holds_it_alone():
 def test_a_command_says_the_same_on_its_own_app(args):
     from typer.testing import CliRunner
 
-    from bpe_stream.cli import app, app_for
+    from bpe_stream.cli.commands import app, app_for
 
     runner = CliRunner()
     for name in _command_names():

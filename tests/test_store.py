@@ -15,11 +15,11 @@ from conftest import assert_user_error, fewer_examples
 from hypothesis import given
 from hypothesis import strategies as st
 
-from bpe_stream import store as store_mod
-from bpe_stream.counting import count_sources, make_settings
-from bpe_stream.reader import Source
-from bpe_stream.sources import Refused
-from bpe_stream.store import Store, StoreError
+from bpe_stream.store import lmdb_store as store_mod
+from bpe_stream.count.counting import count_sources, make_settings
+from bpe_stream.inputs.reader import Source
+from bpe_stream.count.seen_files import Refused
+from bpe_stream.store.lmdb_store import Store, StoreError
 
 GPT2 = make_settings("gpt2", ["<|endoftext|>"])
 
@@ -361,7 +361,7 @@ def test_count_stdin_equals_oracle_for_any_piece_and_chunk_size(tmp_path, monkey
 def test_killed_run_resumes_without_double_counting(tmp_path, store_dir, monkeypatch, cs336):
     """Each flush commits counts, totals and the file's progress together; a run killed in the
     middle of a flush leaves the earlier batches, and a rerun counts exactly the rest."""
-    from bpe_stream import counting
+    from bpe_stream.count import counting
 
     data = (cs336 / "corpus.en").read_bytes()[:20000]
     path = tmp_path / "doc.txt"
@@ -398,7 +398,7 @@ def test_killed_run_resumes_without_double_counting(tmp_path, store_dir, monkeyp
 
 @pytest.mark.parametrize("workers", [1, 2])
 def test_strict_utf8_names_the_file_offset(tmp_path, store_dir, workers):
-    from bpe_stream.reader import InputError
+    from bpe_stream.inputs.reader import InputError
 
     data = b"word " * 400 + b"\xff" + b" more words" * 50
     path = tmp_path / "doc.txt"
@@ -533,7 +533,7 @@ def test_a_reader_that_cannot_finish_a_staged_batch_says_how(store_dir, monkeypa
 def test_the_count_budget_keeps_room_for_the_workers(tmp_path, store_dir, monkeypatch):
     """--max-memory covers the worker processes too: with a pool, the counter flushes once it
     reaches its share of what the budget leaves beside them (never less than half of it)."""
-    from bpe_stream import counting
+    from bpe_stream.count import counting
 
     mib = 1 << 20
     one = counting.flush_threshold(512 * mib, 1)
@@ -567,7 +567,7 @@ def test_the_count_budget_keeps_room_for_the_workers(tmp_path, store_dir, monkey
 def test_stats_against_a_direct_reading_of_the_words(tmp_path):
     """``Store.stats`` (``bpe-stream stats``) against the words read back one by one: the
     unique pretokens, their bytes, the top ones (count first, then bytes) and the totals."""
-    from bpe_stream.estimate import estimate_train_memory
+    from bpe_stream.train.estimate import estimate_train_memory
 
     with Store.open(tmp_path / "st", create=True) as st_:
         st_.ensure_settings(make_settings("gpt2", ["<|endoftext|>"]))
@@ -593,7 +593,7 @@ def test_stats_of_an_empty_store_is_a_store_error(tmp_path):
 
 
 def test_resolve_settings_takes_the_recorded_ones_for_what_is_not_given():
-    from bpe_stream.counting import resolve_settings
+    from bpe_stream.count.counting import resolve_settings
 
     recorded = make_settings("cl100k", ["<s>"], "</w>")
     nothing = {"pretokenizer": None, "special_tokens": None, "end_of_word": None}
@@ -615,7 +615,7 @@ def test_resolve_settings_takes_the_recorded_ones_for_what_is_not_given():
 def test_a_file_is_cut_into_at_least_four_ranges_a_worker(tmp_path, monkeypatch):
     """balanced_range: 4 ranges a worker where the file allows it (never below the minimum,
     never more than range_bytes, one worker keeps range_bytes); the store is the same."""
-    from bpe_stream import counting
+    from bpe_stream.count import counting
 
     assert counting.balanced_range(8 << 20, 20_000_000, 2) == 2_500_000
     assert counting.balanced_range(8 << 20, 20_000_000, 1) == 8 << 20

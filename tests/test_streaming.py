@@ -1,4 +1,4 @@
-"""The streaming layer on its own (``bpe_stream.streaming``): files cut into ranges, streams
+"""The streaming layer on its own (``bpe_stream.inputs.streaming``): files cut into ranges, streams
 cut into byte pieces and into ``StreamSplitter`` items, and the window of tasks in flight.
 
 For any target size, read size and pretokenizer (the named ones, a cap, ``none``, a custom
@@ -23,14 +23,15 @@ from conftest import fewer_examples
 from hypothesis import given
 from hypothesis import strategies as st
 
-from bpe_stream import pretokenize, streaming
-from bpe_stream.count_table import CountTable
-from bpe_stream.counting import (count_data_piece, count_range, count_range_into, count_text, make_settings,
+from bpe_stream.pretok import pretokenize
+from bpe_stream.inputs import streaming
+from bpe_stream.count.table import CountTable
+from bpe_stream.count.counting import (count_data_piece, count_range, count_range_into, count_text, make_settings,
                                  native_countable, pretokenizer_of, range_settings)
-from bpe_stream.pretokenize import SpecialSplitter, StreamSplitter, splittable
-from bpe_stream.reader import to_bytes
-from bpe_stream.runner import LocalRunner, ThreadRunner
-from bpe_stream.streaming import Window, byte_pieces, file_ranges, text_pieces
+from bpe_stream.pretok.pretokenize import SpecialSplitter, StreamSplitter, splittable
+from bpe_stream.inputs.reader import to_bytes
+from bpe_stream.parallel.runner import LocalRunner, ThreadRunner
+from bpe_stream.inputs.streaming import Window, byte_pieces, file_ranges, text_pieces
 
 EOT = "<|endoftext|>"
 SETTINGS = [
@@ -364,7 +365,7 @@ def test_byte_pieces_spool_what_they_cannot_cut_and_count_as_the_whole(tmp_path_
     """With a spool directory: pieces and spools follow each other over the stream, a spool
     counted by ``count_spooled`` (which removes it) and the pieces as before give the counts
     of the whole."""
-    from bpe_stream.counting import count_spooled
+    from bpe_stream.count.counting import count_spooled
 
     spool_dir = tmp_path_factory.mktemp("spool")
     pre, specials = pretokenizer_of(settings), specials_of(settings)
@@ -394,7 +395,7 @@ def test_a_piece_cut_is_never_inside_a_special_token_that_the_buffer_has_not_see
 
 
 def test_byte_pieces_turn_a_failed_read_into_an_input_error():
-    from bpe_stream.reader import InputError
+    from bpe_stream.inputs.reader import InputError
 
     class Broken(io.RawIOBase):
         def read(self, n=-1):
@@ -579,9 +580,9 @@ def test_count_gives_workers_absolute_paths_and_names_their_read_errors_as_given
     """A worker may run elsewhere (Dask, in another directory): ``count_sources`` hands
     ``count_range`` the file's absolute path, so no runner rewrites arguments; an OSError of
     that read still names the file as the user did.  (One worker: ``count_range_into``.)"""
-    from bpe_stream import counting
-    from bpe_stream.reader import Source
-    from bpe_stream.store import Store
+    from bpe_stream.count import counting
+    from bpe_stream.inputs.reader import Source
+    from bpe_stream.store.lmdb_store import Store
 
     monkeypatch.chdir(tmp_path)
     (tmp_path / "doc.txt").write_bytes(b"hello world " * 100)

@@ -109,10 +109,10 @@ def test_the_import_graph_sees_the_imports_it_should():
     """The checker itself: a relative import, a submodule imported by name, a parent package,
     an import inside a function (not counted)."""
     graph = import_graph()
-    assert "bpe_stream.cli_common" in graph["bpe_stream.cli"]
-    assert "bpe_stream.cli_scale" in graph["bpe_stream.cli"]  # from . import cli_scale
-    assert "bpe_stream.formats" in graph["bpe_stream.store_merge"]  # parent of formats.counts
-    assert "bpe_stream.store" not in graph["bpe_stream.cli"]  # imported inside the commands
+    assert "bpe_stream.cli.common" in graph["bpe_stream.cli.commands"]
+    assert "bpe_stream.cli.scale" in graph["bpe_stream.cli.commands"]  # from . import cli_scale
+    assert "bpe_stream.store" in graph["bpe_stream.store.merge"]  # parent of store.counts_file
+    assert "bpe_stream.store.lmdb_store" not in graph["bpe_stream.cli.commands"]  # imported inside the commands
     assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     assert _cycle({"a": {"b"}, "b": set()}) is None
 
@@ -123,8 +123,8 @@ def test_no_import_cycle_at_module_level():
 
 def test_cli_and_cli_scale_do_not_import_each_other():
     graph = import_graph()
-    assert "bpe_stream.cli" not in graph["bpe_stream.cli_scale"]
-    assert "bpe_stream.cli" not in graph["bpe_stream.cli_common"]
+    assert "bpe_stream.cli.commands" not in graph["bpe_stream.cli.scale"]
+    assert "bpe_stream.cli.commands" not in graph["bpe_stream.cli.common"]
 
 
 def test_one_streaming_layer_and_runners_that_only_run_tasks():
@@ -132,9 +132,9 @@ def test_one_streaming_layer_and_runners_that_only_run_tasks():
     keep their tasks in flight through ``streaming``; the runners import nothing of what they
     run (not even inside a function, as the Dask engine once did to rewrite count_range's path)."""
     graph = import_graph()
-    for user in ("bpe_stream.counting", "bpe_stream.encoding", "bpe_stream.documents"):
-        assert "bpe_stream.streaming" in graph[user], user
-    for runner in ("runner.py", "engines/dask_engine.py"):
+    for user in ("bpe_stream.count.counting", "bpe_stream.encode.parallel", "bpe_stream.inputs.documents"):
+        assert "bpe_stream.inputs.streaming" in graph[user], user
+    for runner in ("parallel/runner.py", "parallel/dask_runner.py"):
         tree = ast.parse((PACKAGE / runner).read_text(encoding="utf-8"))
         imported = {n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
         imported |= {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
@@ -166,7 +166,7 @@ def _modules_after(tmp_path: Path, *args: str, stdin: bytes = b"") -> tuple:
     out = tmp_path / "modules.json"
     script = (
         "import json, sys\n"
-        "from bpe_stream.cli import app\n"
+        "from bpe_stream.cli.commands import app\n"
         "try:\n"
         "    app(sys.argv[2:], prog_name='bpe-stream')\n"
         "except SystemExit as exc:\n"
@@ -186,11 +186,11 @@ def test_encode_and_decode_do_not_load_lmdb(tmp_path):
     code, modules = _modules_after(tmp_path, "encode", "-t", str(small["tok"]), "-o", str(tmp_path / "ids.txt"),
                                    str(small["text"]))
     assert code == 0
-    assert "lmdb" not in modules and "bpe_stream.store" not in modules, sorted(m for m in modules if "store" in m)
+    assert "lmdb" not in modules and "bpe_stream.store.lmdb_store" not in modules, sorted(m for m in modules if "store" in m)
     code, modules = _modules_after(tmp_path, "decode", "-t", str(small["tok"]), "-o", str(tmp_path / "back.txt"),
                                    str(tmp_path / "ids.txt"))
     assert code == 0
-    assert "lmdb" not in modules and "bpe_stream.store" not in modules
+    assert "lmdb" not in modules and "bpe_stream.store.lmdb_store" not in modules
     assert (tmp_path / "back.txt").read_bytes() == small["text"].read_bytes()
     # ... while a command that opens a store does load it (the check above can fail)
     code, modules = _modules_after(tmp_path, "stats", "--store", str(small["store"]))
@@ -202,14 +202,14 @@ def test_a_value_error_from_a_bug_is_not_a_user_error(cli, tmp_path, monkeypatch
     """A ValueError that no input should cause (here: a library function patched to raise
     one) is a traceback and an "internal error" line with exit status 70, not an ``Error:``
     line with status 1 that would blame the user."""
-    from bpe_stream import cli_common
+    from bpe_stream.cli import common as cli_common
 
     small = make_small(tmp_path)
 
     def broken(*args, **kwargs):
         raise ValueError("an index that cannot happen")
 
-    monkeypatch.setattr("bpe_stream.encoding.ParallelEncoder.write", broken)
+    monkeypatch.setattr("bpe_stream.encode.parallel.ParallelEncoder.write", broken)
     res = cli("encode", "-t", small["tok"], small["text"])
     assert res.exit_code == cli_common.INTERNAL_ERROR == 70, res
     assert "Traceback" in res.stderr and "an index that cannot happen" in res.stderr
@@ -224,7 +224,7 @@ def test_other_unexpected_exceptions_are_internal_errors_too(cli, tmp_path, monk
     def broken(*args, **kwargs):
         raise exc
 
-    monkeypatch.setattr("bpe_stream.store.Store.stats", broken)
+    monkeypatch.setattr("bpe_stream.store.lmdb_store.Store.stats", broken)
     res = cli("stats", "--store", small["store"])
     assert res.exit_code == 70, res
     assert f"internal error ({type(exc).__name__}" in res.stderr
@@ -235,7 +235,7 @@ def test_user_errors_are_one_error_line(cli, tmp_path, monkeypatch):
     import lmdb
 
     from bpe_stream.errors import SettingsError, UserError
-    from bpe_stream.store import StoreError
+    from bpe_stream.store.lmdb_store import StoreError
 
     small = make_small(tmp_path)
     for exc in (StoreError("the store is odd"), SettingsError("these options do not go together"),
@@ -243,7 +243,7 @@ def test_user_errors_are_one_error_line(cli, tmp_path, monkeypatch):
         def broken(*args, _exc=exc, **kwargs):
             raise _exc
 
-        monkeypatch.setattr("bpe_stream.store.Store.stats", broken)
+        monkeypatch.setattr("bpe_stream.store.lmdb_store.Store.stats", broken)
         res = cli("stats", "--store", small["store"])
         assert_user_error(res.stderr, res.exit_code)
         assert str(exc).splitlines()[0] in res.stderr
@@ -252,14 +252,14 @@ def test_user_errors_are_one_error_line(cli, tmp_path, monkeypatch):
 def test_every_user_error_class_of_the_library_is_a_user_error():
     from bpe_stream.atomic import OutputError
     from bpe_stream.errors import SettingsError, UserError
-    from bpe_stream.formats.counts import CountsFormatError
-    from bpe_stream.merge_engine import TrainError
-    from bpe_stream.pretokenize import PretokenizeError
-    from bpe_stream.reader import InputError
-    from bpe_stream.disk_engine import ScratchError
-    from bpe_stream.sources import Refused
-    from bpe_stream.store import NotWritable, StoreError, WriteFailed
-    from bpe_stream.tokenizer import TokenizerError
+    from bpe_stream.store.counts_file import CountsFormatError
+    from bpe_stream.train.engine import TrainError
+    from bpe_stream.pretok.pretokenize import PretokenizeError
+    from bpe_stream.inputs.reader import InputError
+    from bpe_stream.train.disk import ScratchError
+    from bpe_stream.count.seen_files import Refused
+    from bpe_stream.store.lmdb_store import NotWritable, StoreError, WriteFailed
+    from bpe_stream.encode.tokenizer import TokenizerError
 
     for cls in (OutputError, SettingsError, CountsFormatError, TrainError, PretokenizeError, InputError,
                 ScratchError, Refused, NotWritable, StoreError, WriteFailed, TokenizerError):

@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from bpe_stream import Tokenizer
-from bpe_stream.tokenizer import TokenizerError
+from bpe_stream.encode.tokenizer import TokenizerError
 
 TEXT_FILES = [
     "address.txt", "german.txt", "tinystories_sample.txt", "special_token_double_newlines_non_whitespace.txt",

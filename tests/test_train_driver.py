@@ -14,11 +14,11 @@ import random
 
 import pytest
 
-from bpe_stream import memory_engines
-from bpe_stream.memory_engines import CEngine, PythonEngine
-from bpe_stream.merge_engine import WordArrays
-from bpe_stream.disk_engine import DiskEngine
-from bpe_stream.train_driver import Checkpoints, MergeLog, drive
+from bpe_stream.train import memory as memory_engines
+from bpe_stream.train.memory import CEngine, PythonEngine
+from bpe_stream.train.engine import WordArrays
+from bpe_stream.train.disk import DiskEngine
+from bpe_stream.train.driver import Checkpoints, MergeLog, drive
 
 BYTES = [bytes([i]) for i in range(256)]
 
@@ -123,8 +123,9 @@ def test_checkpoints_by_merge_count_and_at_the_end():
 def test_the_default_cadence_is_every_10000_merges_or_30_seconds_and_the_cli_uses_it():
     import inspect
 
-    from bpe_stream import cli, pipeline
-    from bpe_stream.train_driver import CHECKPOINT_EVERY, CHECKPOINT_SECONDS, PROGRESS_EVERY
+    from bpe_stream.cli import commands as cli
+    from bpe_stream.train import pipeline
+    from bpe_stream.train.driver import CHECKPOINT_EVERY, CHECKPOINT_SECONDS, PROGRESS_EVERY
 
     assert (CHECKPOINT_EVERY, CHECKPOINT_SECONDS) == (10_000, 30.0)
     saves = []
@@ -263,7 +264,7 @@ def test_every_engine_gives_the_same_merges(tmp_path):
 def test_the_c_engine_reports_its_times_in_the_line_the_benchmark_reads(monkeypatch, capsys):
     import re
 
-    from bpe_stream.trainer import TrainConfig, Trainer
+    from bpe_stream.train.trainer import TrainConfig, Trainer
 
     monkeypatch.setenv("BPE_STREAM_DEBUG", "1")
     trainer = Trainer(TrainConfig(num_merges=3))

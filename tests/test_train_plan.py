@@ -15,13 +15,13 @@ import os
 import pytest
 
 from bpe_stream import Store
-from bpe_stream.counting import count_sources, make_settings
-from bpe_stream.memory_engines import _fastbpe
-from bpe_stream.pipeline import TrainPlan, plan_training, train_from_store
-from bpe_stream.reader import Source
-from bpe_stream.store import StoreError
-from bpe_stream.store_checkpoint import read_checkpoint, write_checkpoint
-from bpe_stream.trainer import TrainConfig, TrainError
+from bpe_stream.count.counting import count_sources, make_settings
+from bpe_stream.train.memory import _fastbpe
+from bpe_stream.train.pipeline import TrainPlan, plan_training, train_from_store
+from bpe_stream.inputs.reader import Source
+from bpe_stream.store.lmdb_store import StoreError
+from bpe_stream.store.checkpoint import read_checkpoint, write_checkpoint
+from bpe_stream.train.trainer import TrainConfig, TrainError
 
 from conftest import CS336
 

@@ -12,9 +12,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from bpe_stream import TrainConfig, Trainer, train_bpe
-from bpe_stream import trainer as trainer_mod
+from bpe_stream.train import trainer as trainer_mod
 from bpe_stream.formats.printable import from_printable
-from bpe_stream.trainer import TrainError
+from bpe_stream.train.trainer import TrainError
 
 # The merge loop exists twice (pure Python, and C when the extension is built); both must give
 # exactly the oracle's result.

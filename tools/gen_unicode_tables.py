@@ -2,7 +2,7 @@
 
 Every class is asked of the installed ``regex`` itself, never derived from ``unicodedata``
 (Python's \\s and Unicode version differ from ``regex``'s): each class is run, as it is
-spelled in the patterns of ``bpe_stream/pretokenize.py``, over one string holding every
+spelled in the patterns of ``bpe_stream/pretok/pretokenize.py``, over one string holding every
 code point U+0000..U+10FFFF (surrogates included: the scanner sees an invalid UTF-8 byte
 ``b`` as U+DC00+b, as ``surrogateescape`` does).  The result, one 16-bit mask per code
 point, is written as a two-stage table (a block index per 2**SHIFT code points, then the

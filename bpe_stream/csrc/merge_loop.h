@@ -1,7 +1,7 @@
 /*
  * merge_loop.h: the BPE merge loop in memory, with a cost that follows pair occurrences.
  *
- * Same rules and results as the pure-Python trainer (bpe_stream/trainer.py), which stays
+ * Same rules and results as the pure-Python trainer (bpe_stream/train/trainer.py), which stays
  * as the reference and the fallback when the extension is not built.
  *
  * Life cycle: merge_loop_new, merge_loop_add_token for ids 0, 1, ... (the tokens' bytes,

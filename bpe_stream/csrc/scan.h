@@ -1,7 +1,7 @@
 /*
  * scan.h -- the native pretokenizer scanner: UTF-8 bytes in, pretoken spans out.
  *
- * For the named pretokenizers of bpe_stream/pretokenize.py (gpt2, cl100k, o200k,
+ * For the named pretokenizers of bpe_stream/pretok/pretokenize.py (gpt2, cl100k, o200k,
  * whitespace, words, none) it finds exactly the matches regex.findall finds in
  * data.decode("utf-8", "surrogateescape"), as byte offsets into data: a byte that is not
  * part of a well-formed UTF-8 sequence (as CPython's decoder decides) is one character of

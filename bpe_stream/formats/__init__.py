@@ -22,7 +22,7 @@ import os
 from typing import BinaryIO, List, Optional
 
 from ..atomic import check_output, stdout_binary
-from ..tokenizer import Tokenizer, TokenizerError
+from ..encode.tokenizer import Tokenizer, TokenizerError
 from .files import read_tokenizer_file
 
 EXPORT_FORMATS = ("hf", "gpt2", "tiktoken", "native")

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Dict
 
-from ..tokenizer import Tokenizer, TokenizerError
+from ..encode.tokenizer import Tokenizer, TokenizerError
 from .printable import to_printable
 
 

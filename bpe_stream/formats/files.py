@@ -16,7 +16,7 @@ import stat
 from typing import Optional
 
 from ..atomic import file_kind
-from ..tokenizer import TokenizerError
+from ..encode.tokenizer import TokenizerError
 
 MAX_TOKENIZER_BYTES = 1 << 30
 _READ = 1 << 20

@@ -7,7 +7,7 @@ import os
 from typing import List, Optional, Sequence, Tuple
 
 from ..atomic import atomic_directory, atomic_write
-from ..tokenizer import Tokenizer, TokenizerError
+from ..encode.tokenizer import Tokenizer, TokenizerError
 from .common import printable_keys, reject_doc_boundaries, reject_end_of_word
 from .files import read_json, read_tokenizer_file
 from .printable import from_printable

@@ -33,8 +33,8 @@ import os
 from typing import Dict, List, Optional, Tuple
 
 from ..atomic import atomic_write
-from ..pretokenize import Pretokenizer, PretokenizeError
-from ..tokenizer import Tokenizer, TokenizerError
+from ..pretok.pretokenize import Pretokenizer, PretokenizeError
+from ..encode.tokenizer import Tokenizer, TokenizerError
 from .common import printable_keys, reject_end_of_word
 from .files import read_json
 from .patterns import from_oniguruma, pretokenizer_for_pattern, to_oniguruma

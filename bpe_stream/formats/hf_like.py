@@ -13,7 +13,7 @@ from __future__ import annotations
 import copy
 import os
 
-from ..tokenizer import Tokenizer, TokenizerError
+from ..encode.tokenizer import Tokenizer, TokenizerError
 from .common import printable_keys
 from .files import read_json
 from .hf import from_hf_document, hf_file, is_hf

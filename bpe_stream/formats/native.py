@@ -13,8 +13,8 @@ from itertools import chain
 from typing import Any
 
 from ..atomic import atomic_write
-from ..pretokenize import PretokenizeError
-from ..tokenizer import SYMBOL_ROLES, Tokenizer, TokenizerError
+from ..pretok.pretokenize import PretokenizeError
+from ..encode.tokenizer import SYMBOL_ROLES, Tokenizer, TokenizerError
 
 FORMAT_NAME = "bpe-stream"
 FORMAT_VERSION = 1
@@ -120,7 +120,7 @@ def from_document(doc: dict) -> Tokenizer:
         _fail("symbols are not {id, role, text} records")
     name = pre["name"]
     if name.startswith("regex:") is False and pre.get("pattern") is not None:
-        from ..pretokenize import Pretokenizer
+        from ..pretok.pretokenize import Pretokenizer
 
         try:
             expected = Pretokenizer.from_name(name).pattern

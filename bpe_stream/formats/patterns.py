@@ -19,7 +19,7 @@ from __future__ import annotations
 import re
 from typing import Dict
 
-from ..pretokenize import (
+from ..pretok.pretokenize import (
     CL100K_PATTERN,
     GPT2_PATTERN,
     O200K_PATTERN,
@@ -27,7 +27,7 @@ from ..pretokenize import (
     Pretokenizer,
     PretokenizeError,
 )
-from ..tokenizer import TokenizerError
+from ..encode.tokenizer import TokenizerError
 
 
 _GROUP_OPEN = re.compile(r"\((?:\?(?:[:=!>|]|<[=!]|P?<[A-Za-z_]\w*>|[A-Za-z\-]+[:)]))?")

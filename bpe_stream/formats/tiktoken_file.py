@@ -38,8 +38,8 @@ from typing import Dict, List, Optional, Tuple
 
 from ..atomic import atomic_write
 from ..bpe import encode_by_rank
-from ..pretokenize import CL100K_PATTERN, GPT2_PATTERN, O200K_PATTERN, Pretokenizer, PretokenizeError
-from ..tokenizer import Tokenizer, TokenizerError
+from ..pretok.pretokenize import CL100K_PATTERN, GPT2_PATTERN, O200K_PATTERN, Pretokenizer, PretokenizeError
+from ..encode.tokenizer import Tokenizer, TokenizerError
 from .common import reject_doc_boundaries, reject_end_of_word
 from .files import read_json, read_tokenizer_file
 from .patterns import from_fancy, pretokenizer_for_pattern, to_fancy

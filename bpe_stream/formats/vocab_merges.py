@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
-from ..tokenizer import Tokenizer, TokenizerError
+from ..encode.tokenizer import Tokenizer, TokenizerError
 from .common import reject_doc_boundaries, reject_end_of_word
 
 

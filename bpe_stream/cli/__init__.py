@@ -1,0 +1,1 @@
+"""The ``bpe-stream`` command line: parsing, calling the library, reporting."""

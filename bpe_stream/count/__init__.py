@@ -1,0 +1,1 @@
+"""Counting: bytes in, pretoken counts into the store."""

@@ -1,0 +1,904 @@
+"""Counting: bytes in, pretoken counts into the store, in bounded memory, on every core.
+
+The counting unit is engine-independent: :func:`count_range` turns a byte range of a file
+(cut at a safe point, see ``pretokenize.find_byte_cut``) and the counting settings into
+partial counts, and :func:`count_text` does the same for a piece of text.  The local
+pipeline (:func:`count_sources`) plans the ranges (``streaming.file_ranges``), runs the unit
+on ``--workers`` threads (plain files with a named pretokenizer, whose scan and count are C
+without the GIL: :func:`count_range_shared`), worker processes (everything else) or Dask, a
+bounded window of tasks in flight (``streaming.Window``), and merges the partial counts in
+order into an in-memory batch;
+stdin, which cannot be split ahead, is cut by the parent (``streaming.text_pieces``) and the
+pieces are pretokenized by the workers.  Every result is the same for any number of
+workers and any range size: ranges and pieces end only where the pretokens of the parts
+equal the pretokens of the whole.
+
+Inside a unit, for the named pretokenizers (``gpt2``, ``cl100k``, ``o200k``,
+``whitespace``, ``words``, ``none``; :func:`count_bytes`), special tokens are split off in
+bytes and the stretches between them are scanned and counted by a ``count_table.CountTable``
+-- natively, with no Python object per pretoken -- whose counts go to the parent packed in
+one ``bytes`` object in key order (``PartialCounts.packed``, a sorted run).  Without the C extension the table is the
+Python ``PyCountTable`` (``regex``): the same counts, slower.  Custom ``regex:PATTERN``
+pretokenizers, and text already in memory (:func:`count_text`), take the str path:
+``Counter(pretokenizer.split(piece))`` for each piece between special tokens
+(:class:`PretokenCounter`).
+
+The parent keeps the runs of a batch as they come (one worker: the ranges are counted
+straight into the batch's native table) and merges them k-way once per flush
+(``count_table.merge_runs``), in one sequential pass, into the sorted lists the store takes;
+runs that pile up are merged into one run on the way (:meth:`_Batch.add`), so that the
+repeats of a pretoken in many ranges are not held until the flush.  The counts of the str
+path go into the batch's counter in C loops (:func:`merge_counts`; ``Counter.update`` of a
+mapping is a Python loop).  The
+batch is flushed whenever it reaches its share of the memory budget (:func:`flush_threshold`),
+committed whole with the totals and each file's progress (the byte offset its counts reach)
+by :meth:`Store.add_batch`, so a killed run leaves a store in which every batch counts
+whole or not at all, and a rerun resumes each file where its committed counts end.
+
+Performance notes (the figures behind the memory constants, 2026-12): a counter entry (a
+str key of ~8 characters, a dict slot, an int) cost 105 bytes under tracemalloc on generated
+web text (``COUNTER_ENTRY_BYTES`` rounds it up to 128); a worker counting an 8 MiB range of
+generated web text with its long tail peaked at ~90 MB, the interpreter's pages it shares
+with the parent included (``WORKER_BYTES``, 96 MiB).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections import Counter
+from contextlib import nullcontext
+from dataclasses import dataclass, field
+from functools import cache
+from itertools import repeat
+from operator import add
+from typing import Callable, Iterable, List, Optional, Tuple, Union
+
+from .table import CountTable, merge_runs, merge_runs_packed, unpack_counts
+from ..errors import SettingsError
+from ..parallel.runner import LocalRunner, ThreadRunner
+from ..pretok.pretokenize import (
+    Pretokenizer,
+    SpecialSplitter,
+    DEFAULT_MAX_TOKEN_BYTES,
+    StreamSplitter,
+    check_end_of_word,
+    fast_split,
+)
+from ..inputs.reader import CHUNK_BYTES, InputError, Source, decode_chunks, from_bytes, invalid_utf8_message, to_bytes
+from ..pretok.scan import NATIVE_PATTERNS, first_invalid_utf8
+from .seen_files import Claims, FilePlan, HashedBeside, RangeCheck, SameBytes, feed, plan_files, range_hasher
+from ..store.lmdb_store import SortedCounts, Store, StoreError
+from ..inputs.streaming import Spooled, Window, file_ranges, remove_own_spools, text_pieces
+
+# Bytes one counter entry costs in CPython (a str key, a dict slot, an int), rounded up
+# from a measurement (performance notes above).
+COUNTER_ENTRY_BYTES = 128
+# The copies of a batch's keys at its flush besides the table's own: the sorted lists and
+# LMDB's dirty pages of the write (the table's are freed once the lists are made).
+KEY_COPIES = 2
+# Share of the budget for the counter: a flush also needs the sorted keys and LMDB's dirty
+# pages, and results from the workers keep arriving.
+COUNTER_SHARE = 0.35
+# What the budget keeps aside for each worker process before the counter's share: a
+# worker's measured peak, rounded up (performance notes above).
+WORKER_BYTES = 96 << 20
+DEFAULT_MAX_MEMORY = 1 << 30
+RANGE_BYTES = 8 << 20  # one task of a worker
+
+
+def make_settings(pretokenizer: str = "gpt2", special_tokens: Iterable[str] = (), end_of_word: Optional[str] = None,
+                  max_token_bytes: Union[int, None, str] = "default") -> dict:
+    """The counting settings recorded in a store (and checked on every later run).
+    ``max_token_bytes`` (``count --max-token-bytes``; None or 0: no cap; ``"default"``:
+    :func:`default_max_token_bytes`, as ``count`` has it) is recorded only when there is a
+    cap, so a store made before the setting existed, which has none, keeps its meaning."""
+    if max_token_bytes == "default":
+        max_token_bytes = default_max_token_bytes(pretokenizer)
+    pre = Pretokenizer.from_name(pretokenizer, max_token_bytes)
+    specials = list(dict.fromkeys(special_tokens))
+    SpecialSplitter(specials)  # validates
+    check_end_of_word(end_of_word, specials)
+    settings = {"pretokenizer": pre.name, "pattern": pre.pattern, "special_tokens": specials, "end_of_word": end_of_word}
+    if pre.max_bytes:
+        settings["max_token_bytes"] = pre.max_bytes
+    return settings
+
+
+def default_max_token_bytes(pretokenizer: str) -> Optional[int]:
+    """The cap of a new store: ``DEFAULT_MAX_TOKEN_BYTES``, but none for ``none``, whose
+    pretokens are whole documents by choice."""
+    return None if pretokenizer == "none" else DEFAULT_MAX_TOKEN_BYTES
+
+
+def pretokenizer_of(settings: dict) -> Pretokenizer:
+    """The pretokenizer of a store's counting settings, its cap included."""
+    return Pretokenizer.from_name(settings["pretokenizer"], settings.get("max_token_bytes"))
+
+
+def resolve_settings(given: dict, recorded: Optional[dict] = None) -> dict:
+    """The counting settings of a run: the options given (``pretokenizer``, ``special_tokens``,
+    ``end_of_word``, ``max_token_bytes``; None where not given), the store's recorded ones for the others (defaults
+    in a new store), checked (:func:`make_settings`).  ``max_token_bytes``: a new store gets
+    the default cap; one recorded without the setting (older) has none."""
+    merged = {k: (recorded.get(k) if v is None and recorded is not None else v) for k, v in given.items()}
+    if "max_token_bytes" not in given and recorded is not None:  # a caller that does not name it
+        merged["max_token_bytes"] = recorded.get("max_token_bytes")
+    cap = merged.get("max_token_bytes")
+    return make_settings(
+        "gpt2" if merged["pretokenizer"] is None else merged["pretokenizer"],
+        merged["special_tokens"] or [], merged["end_of_word"],
+        "default" if cap is None and recorded is None else cap,
+    )
+
+
+def default_workers() -> int:
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # pragma: no cover - not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+@dataclass
+class PartialCounts:
+    """What one unit of counting found: pretoken counts (``str`` keys, or the store's
+    ``bytes`` after :meth:`to_bytes_keys`) and totals."""
+
+    counter: Counter = field(default_factory=Counter)
+    pretokens: int = 0
+    specials: int = 0
+    bytes: int = 0
+    digest: Optional[bytes] = None  # the RangeCheck of the range's bytes, as read (count_range)
+    counted: Optional[bytes] = None  # the range's bytes, as read (count_range_shared: on a thread of this process)
+    # The counts packed in key order (a run, ``count_table``: bytes keys), from count_bytes;
+    # then ``counter`` is empty.  ``entries``: how many keys the run has.
+    packed: Optional[bytes] = None
+    entries: int = 0
+    documents: int = 0  # records counted (JSON Lines, Parquet); special tokens add their own
+    skipped: int = 0  # bad records skipped (--skip-bad-records)
+
+    def unpacked(self, str_keys: bool = False) -> "PartialCounts":
+        """The packed counts moved into ``counter`` (keyed by bytes, or by text decoded with
+        ``surrogateescape`` with ``str_keys``)."""
+        if self.packed is not None:
+            counts = unpack_counts(self.packed)
+            self.packed, self.entries = None, 0
+            if str_keys:
+                counts = dict(zip(map(from_bytes, counts), counts.values()))
+            self.counter = Counter(counts)
+        return self
+
+    def to_bytes_keys(self) -> "PartialCounts":
+        """Turns the counter into a plain dict keyed by the pretokens' bytes (``to_bytes``),
+        which is what the store keeps: cheaper to pickle and unpickle than ``str``, and
+        bytes sort faster, so the parent of the workers has less to do."""
+        counter = self.counter
+        # {to_bytes(k): n for k, n in counter.items()}, in C loops
+        self.counter = dict(zip(map(str.encode, counter, repeat("utf-8"), repeat("surrogateescape")), counter.values()))
+        return self
+
+
+class PretokenCounter:
+    """Counts the pretokens of text pieces into ``partial`` (its counter and pretoken total),
+    ``Counter(pretokenizer.split(piece))`` for each piece (``fast_split``: gpt2's pretokens
+    by ``re`` on ASCII runs, the same ones).  The str path: for one document in memory
+    (:func:`count_text`, ``pipeline.count_texts``) and for custom patterns; files and stdin
+    with a named pattern are counted by :func:`count_bytes` instead.
+
+    Pieces are what :class:`StreamSplitter` yields: text with no special
+    token inside, cut only at safe points."""
+
+    def __init__(self, pre: Pretokenizer, partial: PartialCounts):
+        self.partial = partial
+        # a custom pattern's split checks that it covers the text
+        self._split = fast_split(pre)
+
+    def add(self, text: str) -> None:
+        if not text:
+            return
+        tokens = self._split(text)
+        self.partial.counter.update(tokens)
+        self.partial.pretokens += len(tokens)
+
+    def flush(self) -> None:
+        """Kept for the callers that end a document with it: nothing is pending."""
+
+
+def merge_counts(counter: Counter, other) -> None:
+    """``counter.update(other)`` for a mapping ``other``, in C loops (Counter's own is a Python loop)."""
+    if not counter:
+        dict.update(counter, other)
+        return
+    keys = list(other)
+    get = counter.get
+    dict.update(counter, zip(keys, map(add, map(get, keys, repeat(0)), other.values())))
+
+
+def native_countable(settings: dict) -> bool:
+    """Whether the pretokenizer of ``settings`` is counted by :func:`count_bytes` (the named
+    ones, ``none`` included; a ``CountTable`` scans them natively or, without the extension,
+    with ``regex``), not on the str path (custom ``regex:`` patterns)."""
+    return settings["pretokenizer"] in NATIVE_PATTERNS
+
+
+def count_bytes(data, settings: dict, partial: PartialCounts, table) -> None:
+    """Counts the pretokens of ``data`` (bytes of whole documents or parts of one, cut at
+    safe points) into ``table`` (a ``CountTable``) and the specials and pretoken totals of
+    ``partial``: special tokens split off in bytes (``CountTable.feed_between``), the
+    stretches between them scanned and counted natively -- no Python object per pretoken."""
+    name, cap = settings["pretokenizer"], settings.get("max_token_bytes") or 0
+    specials = _special_bytes(tuple(settings["special_tokens"]))
+    if not specials:
+        partial.pretokens += table.feed(data, name, cap) if data else 0
+        return
+    pretokens, found = table.feed_between(data, name, cap, specials)
+    partial.pretokens += pretokens
+    partial.specials += found
+
+
+@cache
+def _special_bytes(specials: Tuple[str, ...]) -> List[bytes]:
+    """The special tokens' UTF-8: found in bytes exactly where their characters are in the
+    text decoded with ``surrogateescape`` (``count_table.special_split``)."""
+    return [t.encode("utf-8") for t in specials]
+
+
+class DocumentCounter:
+    """Counts the pretokens of one document fed in text chunks into ``partial`` (complete
+    once the last chunk is fed with ``final=True``), on the str path."""
+
+    def __init__(self, settings: dict, partial: Optional[PartialCounts] = None):
+        pre = pretokenizer_of(settings)
+        self.splitter = StreamSplitter(pre, SpecialSplitter(settings["special_tokens"]))
+        self.partial = partial if partial is not None else PartialCounts()
+        self.counts = PretokenCounter(pre, self.partial)
+
+    def feed(self, text: str, final: bool = False) -> None:
+        add = self.counts.add
+        for kind, value in self.splitter.feed(text, final=final):
+            if kind == "text":
+                add(value)
+            else:
+                self.partial.specials += 1
+        if final:
+            self.counts.flush()
+
+
+def count_text(text: str, settings: dict) -> Counter:
+    """The pretoken counts of one whole document, ``str`` keys (the reference for tests)."""
+    doc = DocumentCounter(settings)
+    doc.feed(text, final=True)
+    return doc.partial.counter
+
+
+class _Limited:
+    """A reader that stops after ``remaining`` bytes, and hashes what it reads."""
+
+    def __init__(self, f, remaining: int):
+        self.f, self.remaining = f, remaining
+        self.hasher = RangeCheck()
+
+    def read(self, n: int) -> bytes:
+        if self.remaining <= 0:
+            return b""
+        data = self.f.read(min(n, self.remaining))
+        self.remaining -= len(data)
+        self.hasher.update(data)
+        return data
+
+
+def range_settings(settings: dict, one_pretoken: bool) -> dict:
+    """The settings a range of ``streaming.file_ranges`` is counted with: a range that is
+    pieces of one pretoken (``Range.one_pretoken``) as such -- pretokenizer ``none``, the
+    cap's pieces of the whole range."""
+    return dict(settings, pretokenizer="none", pattern=None) if one_pretoken else settings
+
+
+def count_range(path: str, start: int, end: int, settings: dict, strict_utf8: bool = False,
+                chunk_bytes: int = CHUNK_BYTES, bytes_keys: bool = False, packed: bool = False) -> PartialCounts:
+    """The counting unit: partial counts of bytes ``[start, end)`` of ``path``.  ``start`` and
+    ``end`` must be safe cuts (0, the file's end, or from ``streaming.file_ranges``).  With
+    ``bytes_keys`` the counter is keyed by bytes (:meth:`PartialCounts.to_bytes_keys`); with
+    ``packed`` (and a pretokenizer that :func:`native_countable` allows) the counts are
+    ``PartialCounts.packed`` instead, the form a worker hands its parent."""
+    if native_countable(settings):
+        partial = _count_range_bytes(path, start, end, settings, strict_utf8)
+        if packed:
+            return partial
+        return partial.unpacked(str_keys=not bytes_keys)
+    doc = DocumentCounter(settings)
+    with open(path, "rb") as f:
+        f.seek(start)
+        limited = _Limited(f, end - start)
+        for text, _, _, final in decode_chunks(limited, chunk_bytes, strict_utf8, start_offset=start):
+            doc.feed(text, final=final)
+    doc.partial.bytes = end - start
+    # What was counted, so that the parent can tell the bytes it hashes for the file's record
+    # are these (a file written to while it is counted is an error, not a wrong digest).
+    doc.partial.digest = limited.hasher.digest()
+    return doc.partial.to_bytes_keys() if bytes_keys else doc.partial
+
+
+def _count_range_bytes(path: str, start: int, end: int, settings: dict, strict_utf8: bool) -> PartialCounts:
+    """:func:`count_range` for a pretokenizer that :func:`count_bytes` counts: the range read
+    whole (it is about ``RANGE_BYTES``; the str path holds as much when a range has no safe
+    cut), checked for UTF-8 when ``strict_utf8``, counted into a ``CountTable``, packed
+    (the range's bytes freed first: a giant pretoken is held at most twice, table and packed)."""
+    data = _read_range(path, start, end, strict_utf8)
+    check = RangeCheck()
+    check.update(data)
+    partial = PartialCounts(bytes=len(data), digest=check.digest())
+    table = CountTable()
+    count_bytes(data, settings, partial, table)
+    del data
+    return _packed(partial, table)
+
+
+def _packed(partial: PartialCounts, table) -> PartialCounts:
+    """``partial`` with the counts of ``table`` as a run (packed in key order: the workers
+    sort, the parent only merges)."""
+    partial.packed, partial.entries = table.pack(sorted=True), len(table)
+    return partial
+
+
+def _read_range(path: str, start: int, end: int, strict_utf8: bool) -> bytes:
+    """Bytes ``[start, end)`` of ``path``, checked for UTF-8 when ``strict_utf8``."""
+    with open(path, "rb") as f:
+        f.seek(start)
+        data = f.read(end - start)
+    if strict_utf8:
+        bad = first_invalid_utf8(data)
+        if bad >= 0:
+            raise InputError(invalid_utf8_message(start + bad))
+    return data
+
+
+def count_range_into(path: str, start: int, end: int, settings: dict, strict_utf8: bool, table,
+                     beside: Optional[HashedBeside] = None) -> PartialCounts:
+    """:func:`count_range` in the counting process itself (one worker): the counts go straight
+    into ``table``, the batch's ``CountTable`` (nothing packed, nothing merged).  ``beside``:
+    the parent's check of the range for the file's record, run while its bytes are counted
+    (then ``beside.matches()`` says whether the bytes re-read were the bytes counted, so no
+    checksum is needed on either side); without one nothing is checked."""
+    data = _read_range(path, start, end, strict_utf8)
+    partial = PartialCounts(bytes=len(data))
+    with beside.counting(data) if beside is not None else nullcontext():
+        count_bytes(data, settings, partial, table)
+    return partial
+
+
+def count_range_shared(path: str, start: int, end: int, settings: dict, strict_utf8: bool) -> PartialCounts:
+    """:func:`count_range` on a thread of the counting process (``runner.ThreadRunner``): the
+    counts packed as a run, as a worker process's, and in ``counted`` the range's bytes
+    themselves, which the parent compares with the bytes it hashes (as for
+    :func:`count_range_into`: no checksum on either side)."""
+    data = _read_range(path, start, end, strict_utf8)
+    partial = PartialCounts(bytes=len(data), counted=data)
+    table = CountTable()
+    count_bytes(data, settings, partial, table)
+    return _packed(partial, table)
+
+
+def count_data_piece(data: bytes, settings: dict, strict_utf8: bool, offset: int) -> PartialCounts:
+    """The counting unit of a piece of one document's bytes in memory (a decompressed stream
+    cut at safe points; ``offset``: where it starts, for the UTF-8 error): as
+    :func:`count_range` for those bytes, packed where the pretokenizer allows."""
+    if strict_utf8:
+        bad = first_invalid_utf8(data)
+        if bad >= 0:
+            raise InputError(invalid_utf8_message(offset + bad))
+    partial = PartialCounts(bytes=len(data))
+    if native_countable(settings):
+        table = CountTable()
+        count_bytes(data, settings, partial, table)
+        return _packed(partial, table)
+    doc = DocumentCounter(settings, partial)
+    doc.feed(from_bytes(data), final=True)
+    return partial.to_bytes_keys()
+
+
+def count_spooled(path: str, size: int, settings: dict, strict_utf8: bool, offset: int, range_bytes: int) -> PartialCounts:
+    """The counting unit of a spooled stretch of a stream (``streaming.Spooled``: ``size``
+    bytes at ``path`` that were at ``offset`` in the stream, from a safe cut to one): counted
+    as a file's ranges are (``file_ranges``, a range at a time), as one packed result; the
+    spool is removed."""
+    try:
+        pre, specials = pretokenizer_of(settings), [t.encode("utf-8") for t in settings["special_tokens"]]
+        partial, table = PartialCounts(), CountTable()
+        for r in file_ranges(path, 0, size, pre, specials, range_bytes):
+            data = _read_range(path, r.start, r.end, False)
+            if strict_utf8:
+                bad = first_invalid_utf8(data)
+                if bad >= 0:
+                    raise InputError(invalid_utf8_message(offset + r.start + bad))
+            partial.bytes += len(data)
+            count_bytes(data, range_settings(settings, r.one_pretoken), partial, table)
+            del data
+        return _packed(partial, table)
+    finally:
+        Spooled(path, size).remove()
+
+
+def _count_documents(docs, settings: dict) -> PartialCounts:
+    """Counts each document of ``docs`` ((bytes or None for a skipped record, number)) on its
+    own: no pretoken spans two documents, as if each were a file."""
+    partial = PartialCounts()
+    table = CountTable() if native_countable(settings) else None
+    for doc, _ in docs:
+        if doc is None:
+            partial.skipped += 1
+            continue
+        partial.documents += 1
+        partial.bytes += len(doc)
+        if table is not None:
+            count_bytes(doc, settings, partial, table)
+        else:
+            DocumentCounter(settings, partial).feed(from_bytes(doc), final=True)
+    if table is None:
+        return partial.to_bytes_keys()
+    return _packed(partial, table)
+
+
+def count_jsonl_piece(data: bytes, first_line: int, name: str, field: str, settings: dict, strict_utf8: bool,
+                      skip_bad: bool) -> PartialCounts:
+    """The counting unit of whole JSON Lines lines: each record's ``field`` one document."""
+    from ..inputs.documents import jsonl_documents
+
+    return _count_documents(jsonl_documents(data, first_line, name, field, strict_utf8, skip_bad), settings)
+
+
+def count_parquet_group(path: str, group: int, first_row: int, column: str, settings: dict, strict_utf8: bool,
+                        skip_bad: bool, name: Optional[str] = None) -> PartialCounts:
+    """The counting unit of one Parquet row group: each row's ``column`` one document
+    (``name``: the file as messages call it, ``path`` by default)."""
+    from ..inputs.documents import parquet_documents
+
+    return _count_documents(parquet_documents(path, group, first_row, column, strict_utf8, skip_bad, name), settings)
+
+
+@dataclass
+class CountSummary:
+    bytes: int = 0
+    documents: int = 0
+    pretokens: int = 0
+    new_unique: int = 0
+    seconds: float = 0.0
+    workers: int = 1
+    skipped: List[str] = field(default_factory=list)
+    skipped_records: int = 0  # bad records skipped (--skip-bad-records)
+
+    @property
+    def mb_per_s(self) -> float:
+        return self.bytes / 1e6 / self.seconds if self.seconds > 0 else 0.0
+
+    def line(self) -> str:
+        return (
+            f"counted {self.bytes:,} bytes, {self.documents:,} documents, {self.pretokens:,} pretokens, "
+            f"{self.new_unique:,} new unique pretokens in {self.seconds:.2f} s ({self.mb_per_s:.1f} MB/s, "
+            f"{self.workers} worker{'s' if self.workers != 1 else ''})"
+            + (f"; skipped {self.skipped_records:,} bad record{'s' if self.skipped_records != 1 else ''}"
+               if self.skipped_records else "")
+        )
+
+
+# A batch merges its runs into one when it holds more than this many (the merge's heap stays small).
+MAX_RUNS = 64
+
+
+class _Batch:
+    """What has been counted since the last flush (pretoken counts keyed by bytes): runs from
+    the workers, the table one worker counts into, and the counter of the str path.
+
+    Runs that pile up are merged into one (:meth:`add`) when the entries that came since the
+    last such merge reach both the merged run's and ``compact_entries``: a pretoken found in
+    every range is then held once, not once a range, and each entry is merged again only
+    after as many new ones came (a few times in all, not once a range)."""
+
+    def __init__(self, compact_entries: int = 1 << 16):
+        self.counter: Counter = Counter()  # from the str path (custom patterns)
+        self.table = CountTable()  # one worker's ranges, counted into it (count_range_into)
+        self.runs: List[bytes] = []  # the workers' runs; runs[0] the merge of earlier ones once compacted
+        self.run_entries = 0  # the runs' entries, a key in two runs counted twice
+        self.run_bytes = 0  # the runs' sizes
+        self._compacted = 0  # entries of runs[0] when it is a merge of earlier runs
+        self._compact_entries = compact_entries
+        self.totals = {"bytes": 0, "documents": 0, "pretokens": 0, "specials": 0}
+        self.sources = {}
+        self.skipped = 0  # bad records (not a store total: said in the summary)
+
+    def add(self, partial: PartialCounts) -> None:
+        if partial.packed is not None:
+            self.runs.append(partial.packed)
+            self.run_entries += partial.entries
+            self.run_bytes += len(partial.packed)
+            partial.packed = None  # consumed: held once, in the batch, until the next flush
+            fresh = self.run_entries - self._compacted
+            if fresh >= max(self._compacted, self._compact_entries) or len(self.runs) > MAX_RUNS:
+                self._compact()
+        else:
+            merge_counts(self.counter, partial.counter)
+        self.totals["bytes"] += partial.bytes
+        self.totals["pretokens"] += partial.pretokens
+        self.totals["specials"] += partial.specials
+        self.totals["documents"] += partial.specials + partial.documents
+        self.skipped += partial.skipped
+
+    def _compact(self) -> None:
+        run, entries = merge_runs_packed(self.runs)
+        self.runs = [run]
+        self.run_entries = self._compacted = entries
+        self.run_bytes = len(run)
+
+    def take_counts(self):
+        """Every count of the batch, bytes keys, as ``Store.add_batch`` takes them, taken out:
+        the runs (and the table, sorted in C) merged into two sorted lists, once, at the flush."""
+        runs, self.runs, self.run_entries, self.run_bytes, self._compacted = self.runs, [], 0, 0, 0
+        if len(self.table):
+            if not runs and not self.counter:
+                counts = SortedCounts(*self.table.sorted_items())
+                self.table.clear()
+                return counts
+            runs.append(self.table.pack(sorted=True))
+            self.table.clear()  # taken: a giant pretoken is not held in the table and the run at once
+        if not runs:
+            return self.counter
+        counts = SortedCounts(*merge_runs(runs))
+        runs.clear()  # merged: the runs are not held beside the lists while the store writes
+        if not self.counter:
+            return counts
+        merged = dict(zip(counts.keys, counts.counts))
+        merge_counts(merged, self.counter)
+        return merged
+
+    def estimated_bytes(self) -> int:
+        # A native entry or a run's costs less than a Counter's, but the flush makes lists of
+        # them all; and their keys twice over (the lists', LMDB's dirty pages), which for
+        # pretokens of the cap's length (60 MB of CJK: 900 distinct) is what counts.
+        entries = len(self.counter) + len(self.table) + self.run_entries
+        return entries * COUNTER_ENTRY_BYTES + KEY_COPIES * (self.table.key_bytes + self.run_bytes)
+
+
+def flush_threshold(max_memory: int, workers: int) -> int:
+    """The estimated counter size (bytes) at which a batch is flushed: the counter's share of
+    what the budget leaves beside the worker processes (at least half of the budget)."""
+    counter_budget = max(max_memory - (workers if workers > 1 else 0) * WORKER_BYTES, max_memory // 2)
+    return max(1 << 16, int(counter_budget * COUNTER_SHARE))
+
+
+def range_for(flush_at: int, range_bytes: int = RANGE_BYTES) -> int:
+    """The bytes of one counting unit under a flush threshold: a range of N bytes holds at
+    most N pretokens, so its counts are at most the threshold's worth -- text whose
+    pretokens are nearly all distinct (a base64 line: 930K distinct in 10 MB) is flushed
+    between ranges instead of piling up one unit's counts past the budget.  Ordinary
+    budgets keep ``range_bytes``."""
+    return min(range_bytes, max(1 << 16, flush_at // COUNTER_ENTRY_BYTES))
+
+
+# The smallest range a file is cut into to spread it over the workers.
+MIN_BALANCED_RANGE = 1 << 20
+
+
+def balanced_range(range_bytes: int, size: int, workers: int) -> int:
+    """The range size for ``size`` bytes of one file on ``workers``: ``range_bytes``, or less
+    so that the file makes at least 4 ranges a worker -- a 20 MB file in 8 MB ranges kept
+    one of two workers busy for 12 MB while the other finished its 8 (never below
+    MIN_BALANCED_RANGE, nor for one worker).
+
+    >>> balanced_range(8 << 20, 20_000_000, 2), balanced_range(8 << 20, 20_000_000, 1)
+    (2500000, 8388608)
+    """
+    if workers <= 1:
+        return range_bytes
+    return min(range_bytes, max(MIN_BALANCED_RANGE, -(-size // (4 * workers))))
+
+
+ENGINES = ("local", "dask")
+
+
+def make_runner(engine: str = "local", workers: int = 1, scheduler: Optional[str] = None):
+    """The engine that runs counting units: ``local`` processes or a ``dask`` cluster."""
+    if engine == "local":
+        if scheduler:
+            raise SettingsError("--scheduler goes with --engine dask")
+        return LocalRunner(workers)
+    if engine == "dask":
+        from ..parallel.dask_runner import DaskRunner
+
+        return DaskRunner(workers, scheduler)
+    raise SettingsError(f"unknown engine {engine!r}; choose one of {', '.join(ENGINES)}")
+
+
+def count_sources(
+    store: Store,
+    sources: List[Source],
+    settings: dict,
+    *,
+    workers: int = 1,
+    runner=None,
+    max_memory: int = DEFAULT_MAX_MEMORY,
+    recount: bool = False,
+    strict_utf8: bool = False,
+    chunk_bytes: int = CHUNK_BYTES,
+    range_bytes: int = RANGE_BYTES,
+    on_bytes: Callable[[int], None] = lambda n: None,
+    on_message: Callable[[str], None] = lambda m: None,
+    on_total: Callable[[Optional[int]], None] = lambda total: None,
+    input_format: str = "auto",
+    field: str = "text",
+    column: str = "text",
+    skip_bad_records: bool = False,
+) -> CountSummary:
+    """Counts ``sources`` into ``store`` (whose settings must equal ``settings``).  Progress:
+    ``on_total`` gets the bytes there are to count once the files are planned (skipped files
+    and what was counted before left out; again if a plan changes; never with stdin, whose
+    size is not known), ``on_bytes`` the bytes of each part counted.  What is
+    done with a file the store has seen before (skip, resume, count on after it grew, refuse)
+    and the claims that keep two counts from counting one file: :mod:`bpe_stream.count.seen_files`."""
+    store.check_settings(settings)  # recorded with the first batch: a failed first run leaves none
+    from ..inputs.documents import count_pieces, with_form
+
+    # Compressed, JSON Lines and Parquet inputs (``documents``): their form found (and checked
+    # against their first bytes) before anything is counted.
+    sources = [s if s.form is not None else with_form(s, input_format, field, column) for s in sources]
+    summary = CountSummary(workers=workers)
+    started = time.monotonic()
+    flush_at = flush_threshold(max_memory, workers if runner is None else getattr(runner, "workers", workers))
+    # runs are merged into one when a quarter of a batch's worth has come since the last merge
+    compact_entries = max(1 << 16, flush_at // COUNTER_ENTRY_BYTES // 4)
+    batch = _Batch(compact_entries)
+    range_bytes = range_for(flush_at, range_bytes)
+    plans = plan_files(store, sources, settings, recount)  # every file decided before any is counted
+    plan_of = {id(p.source): p for p in plans}
+    stdin = any(s.is_stdin for s in sources)
+    to_count = sum(_bytes_to_count(p) for p in plans)
+    if not stdin:
+        on_total(to_count)
+    claims = Claims(store.path)
+    finished: List[Source] = []  # claimed until the batch with their last counts is committed
+
+    def flush():
+        nonlocal batch
+        current, batch = batch, _Batch(compact_entries)
+
+        counts = current.take_counts()
+        if counts or current.sources or any(current.totals.values()):
+            # bytes keys (from count_range and _count_pieces); settings recorded with the first batch
+            summary.new_unique += store.add_batch(
+                counts, current.sources, current.totals, before=lambda txn: store.settings_in(txn, settings)
+            )
+            store.remap()
+        for source in finished:
+            claims.drop(source)
+        finished.clear()
+        for key in ("bytes", "documents", "pretokens"):
+            setattr(summary, key, getattr(summary, key) + current.totals[key])
+        summary.skipped_records += current.skipped
+
+    def take(meta, partial: PartialCounts, in_batch: bool = False, check: Optional[HashedBeside] = None):
+        """A result into the batch; ``in_batch``: its counts are in the batch's table already
+        (``count_range_into``), so a file that changed is the batch dropped, not committed;
+        ``check``: the range was hashed for the file's record as it was counted."""
+        nonlocal batch
+        if meta[0] is _DOCUMENTS:
+            take_document(meta, partial)
+            return
+        plan, start, end, last = meta
+        if plan is not None:
+            # The bytes the file's record stands for, hashed, must be the bytes counted.
+            if check is None:
+                check = RangeCheck() if partial.counted is None else SameBytes(partial.counted)
+                partial.counted = None
+                feed(plan.source.name, start, end, plan.digest, check=check)
+            if not check.matches(partial.digest):
+                if in_batch:
+                    batch = _Batch(compact_entries)  # what was committed before stays
+                else:
+                    flush()  # what was counted before stays
+                raise InputError(
+                    f"{plan.source.name} changed while it was being counted (bytes {start:,} to {end:,}); "
+                    "run the same command again once nothing writes to it"
+                )
+        batch.add(partial)
+        on_bytes(partial.bytes)
+        if last:
+            batch.totals["documents"] += 1
+        if plan is not None:
+            batch.sources[plan.source.key] = plan.record_at(end, last)
+            if last:
+                finished.append(plan.source)
+        if batch.estimated_bytes() >= flush_at:
+            flush()
+
+    def take_document(meta, partial: PartialCounts):
+        _, plan, form, end, last, raw, hasher = meta
+        batch.add(partial)
+        on_bytes(raw)
+        if last and form.records == "text" and end > 0:
+            batch.totals["documents"] += 1  # the decompressed text: one document (none if empty, as a plain file)
+        if plan is not None:
+            batch.sources[plan.source.key] = plan.record_document(end, last, hasher.digest() if last else None)
+            if last:
+                finished.append(plan.source)
+        if batch.estimated_bytes() >= flush_at:
+            flush()
+
+    def count_document_source(source: Source, plan: Optional[FilePlan]):
+        """Pieces of a compressed, JSON Lines or Parquet input, cut by this process, counted by
+        the workers; each piece's end (uncompressed offset, or row groups) is its commit point."""
+        hasher = range_hasher()
+        raw_before = 0
+        start = plan.start if plan is not None else 0
+        pieces = count_pieces(source, source.form, start, settings, strict_utf8, skip_bad_records, range_bytes, hasher,
+                              spool_dir)
+        for piece in pieces:
+            meta = (_DOCUMENTS, plan, source.form, piece.end, piece.last, piece.raw - raw_before, hasher)
+            raw_before = piece.raw
+            for result in window.submit(piece.fn, piece.args, meta):
+                take(*result)
+
+    if runner is None:
+        plain = all(not s.is_stdin and s.form is None for s in sources)
+        # A pool costs more than it saves on input that is a single range.
+        n = 1 if plain and sum(s.size for s in sources) <= range_bytes else workers
+        # Plain files' ranges are counted in C without the GIL: on threads, with nothing sent
+        # between processes.  Custom patterns, documents and stdin are Python's work: processes.
+        runner = ThreadRunner(n) if n > 1 and plain and native_countable(settings) else LocalRunner(n)
+    summary.workers = getattr(runner, "workers", workers)
+    window = Window(runner)
+    # Text of a stream with no cut for long goes to a file in the store's directory (on its
+    # disk): counted there by this process (stdin) or a worker on this machine (documents).
+    spool_dir = store.path if isinstance(runner, (LocalRunner, ThreadRunner)) else None
+    pre, specials = pretokenizer_of(settings), [t.encode("utf-8") for t in settings["special_tokens"]]
+    given_names = {os.path.abspath(s.name): s.name for s in sources if not s.is_stdin}
+    try:
+        for source in sources:
+            if source.is_stdin and source.form is not None:
+                count_document_source(source, None)
+                continue
+            if source.is_stdin:
+                for meta, partial in _count_stdin(source, settings, window, strict_utf8, chunk_bytes, range_bytes,
+                                                  store.path):
+                    take(meta, partial)
+                continue
+            planned = plan_of[id(source)]
+            plan = _claimed_plan(store, claims, planned, settings, recount)
+            if _bytes_to_count(plan) != _bytes_to_count(planned) and not stdin:
+                to_count += _bytes_to_count(plan) - _bytes_to_count(planned)
+                on_total(to_count)
+            if plan.skip is not None:
+                summary.skipped.append(source.name)
+                on_message(plan.skip)
+                continue
+            if source.form is not None:
+                if plan.message:
+                    on_message(plan.message)
+                count_document_source(source, plan)
+                continue
+            plan.begin()
+            if plan.take_back is not None:
+                flush()
+                _take_back(store, plan, settings)
+            if plan.message:
+                on_message(plan.message)
+            ranges = file_ranges(source.name, plan.start, source.size, pre, specials,
+                                 balanced_range(range_bytes, source.size - plan.start, summary.workers))
+            path = os.path.abspath(source.name)  # a worker may run elsewhere (Dask), in another directory
+            if window.runner.inline and native_countable(settings):
+                # One worker: counted into the batch's table, no packing and merging, while a
+                # thread hashes the range for the file's record
+                for i, (a, b, one) in enumerate(ranges):
+                    check = HashedBeside(plan.source.name, a, b, plan.digest)
+                    partial = count_range_into(path, a, b, range_settings(settings, one), strict_utf8,
+                                               batch.table, check)
+                    take((plan, a, b, i == len(ranges) - 1), partial, in_batch=True, check=check)
+                continue
+            shared = getattr(window.runner, "shares_memory", False)
+            for i, (a, b, one) in enumerate(ranges):
+                unit_settings = range_settings(settings, one)
+                if shared:
+                    unit, args = count_range_shared, (path, a, b, unit_settings, strict_utf8)
+                else:
+                    unit, args = count_range, (path, a, b, unit_settings, strict_utf8, chunk_bytes, True, True)
+                for meta, partial in window.submit(unit, args, (plan, a, b, i == len(ranges) - 1)):
+                    take(meta, partial)
+        for meta, partial in window.drain():
+            take(meta, partial)
+        flush()
+    except OSError as exc:  # a worker's read of a file: named as the user named it, not by its absolute path
+        if isinstance(exc.filename, str) and exc.filename in given_names:
+            exc.filename = given_names[exc.filename]
+        raise
+    finally:
+        window.discard()
+        runner.close()
+        claims.close()
+        if spool_dir is not None:
+            remove_own_spools(spool_dir)
+    summary.seconds = time.monotonic() - started
+    return summary
+
+
+_DOCUMENTS = object()  # marks the meta of a piece of a document source (``count_document_source``)
+
+
+def _bytes_to_count(plan: FilePlan) -> int:
+    """Bytes of the file to read (the bar's total): a compressed or structured file is read
+    whole again when resumed (its committed offset is in the uncompressed text)."""
+    if plan.skip is not None:
+        return 0
+    if plan.source.form is not None:
+        return plan.source.size
+    return max(plan.source.size - plan.start, 0)
+
+
+def _claimed_plan(store: Store, claims: Claims, plan: FilePlan, settings: dict, recount: bool) -> FilePlan:
+    """The plan for a file once this process has claimed it (a file another count holds is
+    skipped; one whose record changed since the plan was made is planned again), with the
+    record moves or refreshes it asks for written.  A skipped file's claim is dropped."""
+    source = plan.source
+    if plan.skip is not None and not plan.refresh:
+        return plan
+    if not claims.take(source):
+        plan.skip, plan.refresh = f"skipped {source.name}: another count is counting it into this store right now", False
+        return plan
+    if not plan.unchanged(store):
+        plan = plan_files(store, [source], settings, recount)[0]
+    plan.settle(store)
+    if plan.skip is not None:
+        claims.drop(source)
+    return plan
+
+
+def _take_back(store: Store, plan: FilePlan, settings: dict) -> None:
+    """Takes the counts of a file's bytes ``[cut, old end)`` out of the store (with the end
+    of their document, when the file was counted whole), and records the file as committed up
+    to the cut, in one batch: the same state a count cut off there would have left."""
+    cut, old_end, was_done = plan.take_back
+    old = count_range(plan.source.name, cut, old_end, settings, bytes_keys=True)
+    with store.reader() as txn:  # checked first: a staged batch that cannot apply would stay
+        short = next((k for k, n in old.counter.items() if store.count_of(k, txn) < n), None)
+    if short is not None:
+        raise StoreError(
+            f"the store at {store.path} holds fewer counts of {short[:40]!r} than {plan.source.name} gave it "
+            "when it was counted; count the grown file with --recount, or into a new store"
+        )
+    totals = {"bytes": cut - old_end, "pretokens": -old.pretokens, "specials": -old.specials,
+              "documents": -old.specials - (1 if was_done else 0)}
+    store.add_batch({k: -n for k, n in old.counter.items()}, {plan.source.key: plan.record_at(cut, False)}, totals)
+    store.remap()
+
+
+def _count_stdin(source: Source, settings: dict, window: Window, strict_utf8: bool, chunk_bytes: int,
+                 piece_bytes: int, spool_dir: Optional[str] = None) -> Iterable[tuple]:
+    """Cuts stdin into pieces in this process (``streaming.text_pieces``); workers pretokenize
+    and count them.  Text with no cut for more than a piece (a run of spaces after a newline,
+    whose pretokens wait for its end) is spooled to a file in ``spool_dir`` (the store's
+    directory, on its disk) and counted from there as a file's ranges are."""
+    splitter = StreamSplitter(pretokenizer_of(settings), SpecialSplitter(settings["special_tokens"]))
+    for items, last in text_pieces(source.open(), splitter, piece_bytes, chunk_bytes, strict_utf8, spool_dir):
+        pieces = [value for kind, value in items if kind == "text"]
+        found = [value for kind, value in items if kind == "special"]
+        spooled = [value for kind, value in items if kind == "spool"]
+        args = (settings, pieces, len(found), sum(len(to_bytes(s)) for s in found))
+        del items
+        yield from window.submit(_count_pieces, args, (None, 0, 0, last))
+        for spool in spooled:  # (counted here, where the spool is, and removed)
+            yield (None, 0, 0, False), count_spooled(spool.path, spool.size, settings, False, 0, piece_bytes)
+
+
+def _count_pieces(settings: dict, pieces: List[str], n_specials: int, special_bytes: int) -> PartialCounts:
+    """Counts text pieces that were cut apart at safe points (each pretokenized on its own,
+    with no special token inside); the counts are packed, or for a custom pattern keyed by
+    bytes, like :func:`count_range`'s for :func:`count_sources`."""
+    partial = PartialCounts(specials=n_specials, bytes=special_bytes)
+    if native_countable(settings):
+        table, name, cap = CountTable(), settings["pretokenizer"], settings.get("max_token_bytes") or 0
+        for piece in map(to_bytes, pieces):
+            partial.bytes += len(piece)
+            partial.pretokens += table.feed(piece, name, cap) if piece else 0
+        return _packed(partial, table)
+    counts = PretokenCounter(pretokenizer_of(settings), partial)
+    for piece in pieces:
+        counts.add(piece)
+        partial.bytes += len(to_bytes(piece))
+    return partial.to_bytes_keys()

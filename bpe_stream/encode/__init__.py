@@ -1,0 +1,1 @@
+"""Encoding and decoding: the tokenizer, parallel encoding, id files and evaluation."""

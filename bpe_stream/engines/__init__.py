@@ -1,1 +1,0 @@
-"""Engines that run the counting unit (``counting.count_range``) somewhere else than here."""

@@ -1,0 +1,1 @@
+"""Inputs: files, stdin, compressed and record forms, read and cut into pieces at safe points."""

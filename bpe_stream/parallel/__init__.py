@@ -1,0 +1,1 @@
+"""Runners: units of work on threads, processes or a Dask cluster."""

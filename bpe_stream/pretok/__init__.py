@@ -1,0 +1,1 @@
+"""Pretokenizing: the named patterns, the native scanner, special-token splitting."""

@@ -1,0 +1,1 @@
+"""The LMDB word-frequency store: its layout, batches, checkpoint, merging and the counts file."""
