@@ -2,8 +2,8 @@
  * merge_loop.c: the in-memory merge loop (see merge_loop.h).
  *
  * Layout.  All symbols of all distinct words sit in one array, word after word.  Each
- * position has its symbol, and links to the previous and next live position of its word
- * (BS_NONE at the word's ends), and its word's frequency (see Node).  Each pair's record
+ * position has its symbol and links to the previous and next live position of its word
+ * (see Node), and its word's frequency in a parallel array (wfreq).  Each pair's record
  * (pairs.h) lists the positions where it starts.
  *
  * A merge of (a, b) into z visits only the positions of (a, b), in increasing order, so
@@ -26,12 +26,22 @@
 
 #include <errno.h>
 
-/* A position: its symbol, its neighbours' positions, and its word's frequency when that
- * fits in 31 bits (nearly always), else BIG_FREQ | word id -- so a visit needs no second
- * random load from the frequency array. */
+/* A position: its symbol and the distances to the previous and next live positions of its
+ * word (0 at the word's ends), 8 bytes.  The positions are the table every merge rewrites,
+ * scattered over the whole array, so their size decides what fits in the memory budget on
+ * the disk path (filearena.h: the hot table goes to anonymous memory first, and whatever of
+ * it lies in the scratch file is re-dirtied by each merge) and how much memory traffic a
+ * merge makes in memory; the word's frequency, read only when an occurrence merges, lives in
+ * a separate cold array (wfreq).  A distance that does not fit 16 bits (a token longer than
+ * 65,534 symbols, which only a store without --max-token-bytes can grow) is FAR, its link
+ * kept in the far table (see far_get). */
 typedef struct {
-    uint32_t sym, prev, next, wfreq;
+    uint32_t sym;
+    uint16_t back, fwd;
 } Node;
+#define FAR 0xFFFFu
+/* wfreq[i]: the frequency of position i's word when it fits in 31 bits (nearly always), else
+ * BIG_FREQ | word id, the frequency then read from the per-word array. */
 #define BIG_FREQ 0x80000000u
 /* How many occurrences ahead a merge prefetches positions: each visit is a random load
  * from a table far larger than the cache, and overlapping those loads is what makes the
@@ -70,8 +80,13 @@ struct MergeLoop {
     PairSet ps;
     /* positions */
     Node *nodes;
+    uint32_t *wfreq;
     uint64_t n_pos;
     int64_t *freq;
+    /* far links: (position << 1 | forward) -> position, open addressing, see far_get */
+    uint64_t *far_keys;
+    uint32_t *far_vals;
+    uint64_t far_mask, n_far;
     /* one merge's neighbours, and the records of the pairs it gave occurrences */
     Side left, right;
     Pending *pend;
@@ -83,6 +98,68 @@ struct MergeLoop {
     int started; /* merge_loop_start was called: no more loads, merges may run */
     FileArena *arena; /* where every table lives (owned), or NULL: the C library's heap */
 };
+
+/* -- links between the live positions of a word ------------------------------------------ */
+/* The far table: the links whose distance does not fit a Node (FAR).  An entry is rewritten
+ * when the same link is set far again and left stale when it is set near (never read then). */
+#define FAR_EMPTY UINT64_MAX
+static int far_put(MergeLoop *m, uint64_t key, uint32_t target) {
+    if ((m->n_far + 1) * 2 > m->far_mask + 1 || !m->far_keys) {
+        uint64_t size = m->far_keys ? (m->far_mask + 1) * 2 : 64;
+        uint64_t *keys = (uint64_t *)bs_realloc_n(NULL, size, sizeof(uint64_t));
+        uint32_t *vals = (uint32_t *)bs_realloc_n(NULL, size, sizeof(uint32_t));
+        if (!keys || !vals) { bs_free(keys); bs_free(vals); return BS_NO_MEMORY; }
+        memset(keys, 0xFF, size * sizeof(uint64_t));
+        for (uint64_t s = 0; m->far_keys && s <= m->far_mask; s++) {
+            if (m->far_keys[s] == FAR_EMPTY) continue;
+            uint64_t h = hash64(m->far_keys[s]) & (size - 1);
+            while (keys[h] != FAR_EMPTY) h = (h + 1) & (size - 1);
+            keys[h] = m->far_keys[s];
+            vals[h] = m->far_vals[s];
+        }
+        bs_free(m->far_keys);
+        bs_free(m->far_vals);
+        m->far_keys = keys;
+        m->far_vals = vals;
+        m->far_mask = size - 1;
+    }
+    uint64_t h = hash64(key) & m->far_mask;
+    while (m->far_keys[h] != FAR_EMPTY && m->far_keys[h] != key) h = (h + 1) & m->far_mask;
+    if (m->far_keys[h] == FAR_EMPTY) m->n_far++;
+    m->far_keys[h] = key;
+    m->far_vals[h] = target;
+    return BS_OK;
+}
+
+static uint32_t far_get(const MergeLoop *m, uint64_t key) {
+    uint64_t h = hash64(key) & m->far_mask;
+    while (m->far_keys[h] != key) h = (h + 1) & m->far_mask; /* present: the Node says FAR */
+    return m->far_vals[h];
+}
+
+static inline uint32_t node_next(const MergeLoop *m, uint32_t i) {
+    uint32_t d = m->nodes[i].fwd;
+    return d == 0 ? BS_NONE : d != FAR ? i + d : far_get(m, (uint64_t)i << 1 | 1);
+}
+
+static inline uint32_t node_prev(const MergeLoop *m, uint32_t i) {
+    uint32_t d = m->nodes[i].back;
+    return d == 0 ? BS_NONE : d != FAR ? i - d : far_get(m, (uint64_t)i << 1);
+}
+
+/* Links i forward to `to` (BS_NONE: i ends its word); `to` > i. */
+static inline int node_set_next(MergeLoop *m, uint32_t i, uint32_t to) {
+    uint32_t d = to == BS_NONE ? 0 : to - i;
+    m->nodes[i].fwd = (uint16_t)(d < FAR ? d : FAR);
+    return d < FAR ? BS_OK : far_put(m, (uint64_t)i << 1 | 1, to);
+}
+
+/* Links i back to `from` < i. */
+static inline int node_set_prev(MergeLoop *m, uint32_t i, uint32_t from) {
+    uint32_t d = i - from;
+    m->nodes[i].back = (uint16_t)(d < FAR ? d : FAR);
+    return d < FAR ? BS_OK : far_put(m, (uint64_t)i << 1, from);
+}
 
 MergeLoop *merge_loop_new(int tie_break, FileArena *arena, int *status) {
     MergeLoop *m = (MergeLoop *)calloc(1, sizeof(MergeLoop));
@@ -107,7 +184,10 @@ void merge_loop_free(MergeLoop *m) {
         return;
     }
     bs_free(m->nodes);
+    bs_free(m->wfreq);
     bs_free(m->freq);
+    bs_free(m->far_keys);
+    bs_free(m->far_vals);
     bs_free(m->left.slot_entry); bs_free(m->left.slot_gen); bs_free(m->left.entries);
     bs_free(m->right.slot_entry); bs_free(m->right.slot_gen); bs_free(m->right.entries);
     bs_free(m->pend);
@@ -151,7 +231,7 @@ int merge_loop_load(MergeLoop *m, const void *symbols, int width, uint64_t n_pos
     if (m->nodes || m->started) return BS_OUT_OF_ORDER; /* once, before the merges */
     if (width != 1 && width != 4) return BS_BAD_ARGUMENT;
     if (n_words && ends[n_words - 1] != n_pos) return BS_BAD_WORD_ENDS;
-    /* positions are uint32 indices; word ids share 31 bits with frequencies in a Node */
+    /* positions are uint32 indices; word ids share 31 bits with frequencies in wfreq */
     if (n_pos > bs_limit32 || n_words >= BIG_FREQ || n_words > bs_limit32) return BS_TOO_LARGE;
     const uint32_t *in_sym32 = (const uint32_t *)symbols;
     const uint8_t *in_sym8 = (const uint8_t *)symbols;
@@ -165,10 +245,11 @@ int merge_loop_load(MergeLoop *m, const void *symbols, int width, uint64_t n_pos
         BS_ARENA_HINT_SCOPE(BS_ARENA_SPLIT);
         m->nodes = (Node *)bs_realloc_n(NULL, n_pos ? n_pos : 1, sizeof(Node));
         bs_arena_hint = BS_ARENA_COLD;
+        m->wfreq = (uint32_t *)bs_realloc_n(NULL, n_pos ? n_pos : 1, sizeof(uint32_t));
         m->freq = (int64_t *)bs_realloc_n(NULL, n_words ? n_words : 1, sizeof(int64_t));
     }
     uint32_t *small = (uint32_t *)bs_malloc(SMALL * SMALL * sizeof(uint32_t));
-    if (!m->nodes || !m->freq || !small) { bs_free(small); return BS_NO_MEMORY; }
+    if (!m->nodes || !m->wfreq || !m->freq || !small) { bs_free(small); return BS_NO_MEMORY; }
     if (n_words) memcpy(m->freq, freqs, n_words * sizeof(int64_t));
     memset(small, 0xFF, SMALL * SMALL * sizeof(uint32_t));
     int rc = BS_OK;
@@ -182,9 +263,9 @@ int merge_loop_load(MergeLoop *m, const void *symbols, int width, uint64_t n_pos
             if (sym >= ps->n_tokens) { rc = BS_UNKNOWN_SYMBOL; goto done; }
             Node *nd = &m->nodes[i];
             nd->sym = sym;
-            nd->wfreq = f >= 0 && f < (int64_t)BIG_FREQ ? (uint32_t)f : BIG_FREQ | (uint32_t)w;
-            nd->prev = i > start ? (uint32_t)(i - 1) : BS_NONE;
-            nd->next = i + 1 < end ? (uint32_t)(i + 1) : BS_NONE;
+            nd->back = i > start ? 1 : 0;
+            nd->fwd = i + 1 < end ? 1 : 0;
+            m->wfreq[i] = f >= 0 && f < (int64_t)BIG_FREQ ? (uint32_t)f : BIG_FREQ | (uint32_t)w;
             if (i + 1 < end && f > 0) {
                 uint32_t x = sym, y = IN_SYM(i + 1), r;
                 if (x < SMALL && y < SMALL) {
@@ -416,18 +497,18 @@ static int apply_merge(MergeLoop *m, uint32_t r, uint32_t z) {
         if (k + PREFETCH_AHEAD < occ.len) __builtin_prefetch(&nd[occ.items[k + PREFETCH_AHEAD]], 1, 1);
         uint32_t i = occ.items[k];
         if (nd[i].sym != a) continue; /* stale, or a duplicate already merged (z != a) */
-        uint32_t j = nd[i].next;
+        uint32_t j = node_next(m, i);
         if (j == BS_NONE || nd[j].sym != b) continue;
         m->merged++;
-        uint32_t wf = nd[i].wfreq;
+        uint32_t wf = m->wfreq[i];
         int64_t f = (wf & BIG_FREQ) ? m->freq[wf & ~BIG_FREQ] : (int64_t)wf;
-        uint32_t x = nd[i].prev, y = nd[j].next;
+        uint32_t x = node_prev(m, i), y = node_next(m, j);
         if (x != BS_NONE && (rc = side_add(m, &m->left, nd[x].sym, x, 0, f))) goto fail;
         if (y != BS_NONE && (rc = side_add(m, &m->right, nd[y].sym, i, RIGHT_SIDE, f))) goto fail;
         nd[i].sym = z;
         nd[j].sym = BS_DEAD;
-        nd[i].next = y;
-        if (y != BS_NONE) nd[y].prev = i;
+        if ((rc = node_set_next(m, i, y))) goto fail;
+        if (y != BS_NONE && (rc = node_set_prev(m, y, i))) goto fail;
     }
     occ_release(&occ);
     if ((rc = resolve_sides(m, a, b, z)) || (rc = apply_sides(m))) {
