@@ -409,17 +409,30 @@ def export(
     output: str = typer.Option(..., "--output", "-o", help="Where to write (a directory for gpt2; '-' is stdout for hf and native)."),
     vocab_size: Optional[int] = typer.Option(None, "--vocab-size", help="Keep only the first merges: this many tokens in all."),
     like: Optional[str] = typer.Option(
-        None, "--like", help="hf: copy this tokenizer.json (the one train --from extended), adding the new tokens and merges."
+        None, "--like", help="hf: copy this tokenizer.json or folder (the one train --from extended), adding the new tokens and merges."
     ),
+    bos: Optional[str] = typer.Option(None, "--bos", help="hf folder, gpt2: the special token transformers takes as bos_token \\[default: none]."),
+    eos: Optional[str] = typer.Option(None, "--eos", help="hf folder, gpt2: the special token transformers takes as eos_token \\[default: none]."),
+    pad: Optional[str] = typer.Option(None, "--pad", help="hf folder, gpt2: the special token transformers takes as pad_token \\[default: none]."),
+    unk: Optional[str] = typer.Option(None, "--unk", help="hf folder, gpt2: the special token transformers takes as unk_token \\[default: none]."),
     quiet: bool = QuietOpt,
 ):
-    """Write the tokenizer in a format other tools load directly."""
+    """Write the tokenizer in a format other tools load directly.
+
+    --format hf -o DIR (an existing directory, or a path ending in /) writes a folder that
+    transformers' AutoTokenizer.from_pretrained loads: tokenizer.json, tokenizer_config.json and
+    special_tokens_map.json; --format gpt2 writes the same two configs beside vocab.json and
+    merges.txt for GPT2Tokenizer.  No special token is eos, bos, pad or unk unless given."""
     from ..formats import export_tokenizer, export_warnings, load_any
 
     with user_errors():
         tok = load_any(tokenizer)
-        for written in export_tokenizer(tok, fmt, output, vocab_size, like):
+        notes: List[str] = []
+        roles = {"bos": bos, "eos": eos, "pad": pad, "unk": unk}
+        for written in export_tokenizer(tok, fmt, output, vocab_size, like, roles, notes):
             say(quiet, f"wrote {_shown(written)}")
+        for note in notes:
+            say(quiet, f"note: {note}")
         for warning in export_warnings(tok, fmt):
             say(quiet, f"warning: {warning}")
 
