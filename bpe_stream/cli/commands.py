@@ -503,6 +503,52 @@ def eval_(
             fail("the round trip changed the bytes; please report this with the tokenizer and the text")
 
 
+@app.command()
+def report(
+    paths: List[str] = typer.Argument(..., help="Held-out text files (each one document)."),
+    tokenizer: List[str] = typer.Option(..., "--tokenizer", "-t", help="A tokenizer to show (repeatable)."),
+    output: str = typer.Option(..., "--output", "-o", help="The HTML file to write."),
+    baseline: Optional[str] = typer.Option(
+        None, "--baseline", help="The tokenizer the others extend (train --from): shown too, with the new tokens and the tokens saved."),
+    merges: Optional[str] = typer.Option(None, "--merges", help="The merge-prefixes of the curve, e.g. 0,500,1000 \\[default: 9 evenly spread]."),
+    store: Optional[str] = typer.Option(None, "--store", help="Show this store's totals (the training text)."),
+    scripts: bool = typer.Option(True, "--scripts/--no-scripts", help="Bytes per token per Unicode script (encodes each distinct pretoken)."),
+    quiet: bool = QuietOpt,
+):
+    """One self-contained HTML page (inline SVG, nothing fetched) of the tokenizers on held-out
+    text: bytes/token against vocabulary size, per file and script, token lengths, the most
+    frequent and longest tokens, an extension's new tokens; the numbers eval --json gives."""
+    import os
+
+    from ..encode import report as rep
+    from ..formats import load_any
+
+    with user_errors():
+        check_output(output)
+        prefixes = None
+        if merges:
+            try:
+                prefixes = [int(x) for x in merges.split(",") if x.strip()]
+            except ValueError:
+                raise typer.BadParameter(f"--merges takes numbers separated by commas, not {merges!r}") from None
+        sources = [Source.from_arg(p) for p in paths]
+        if any(s.is_stdin for s in sources):
+            raise typer.BadParameter("report reads its files several times: give files, not stdin")
+        labels = [os.path.basename(os.path.normpath(t)) for t in tokenizer]
+        labels = [lab if labels.count(lab) == 1 else t for lab, t in zip(labels, tokenizer)]
+        toks = [(lab, load_any(t)) for lab, t in zip(labels, tokenizer)]
+        base = (os.path.basename(os.path.normpath(baseline)), load_any(baseline)) if baseline else None
+        stats_ = None
+        if store is not None:
+            from ..store.lmdb_store import Store
+
+            with Store.open(store_path(store), readonly=True) as st:
+                stats_ = st.stats(10)
+        fig = rep.build(toks, sources, prefixes, base, stats_, scripts)
+        rep.write(fig, output)
+        say(quiet, f"wrote {output}")
+
+
 def _round_trip_word(row: dict) -> str:
     if row["round_trip"]:
         return "ok"
