@@ -6,7 +6,7 @@ BPE := $(VENV)/bin/bpe-stream
 RUN_DIR ?= run
 STDLIB := $(shell $(PYTHON) -c "import sysconfig; print(sysconfig.get_paths()['stdlib'])")
 
-.PHONY: install run test asan bench stress lint clean
+.PHONY: install run test test-transformers asan bench stress lint clean
 
 # Byte code written as a wheel's install writes it (an editable install does not, and with
 # PYTHONDONTWRITEBYTECODE nothing else does): every command would compile its modules on
@@ -36,6 +36,15 @@ run: install
 
 test: install
 	$(PY) -m pytest
+
+# The exports loaded by transformers 4 and 5 (issue 38), each in its own venv: transformers
+# (119 MB installed, with numpy 73 MB more) is no dependency of bpe-stream, and one venv holds
+# one major version.  No torch: the tokenizer classes need none.
+TF_VENVS := build/tf4 build/tf5
+build/tf4/.installed: ; $(PYTHON) -m venv build/tf4 && build/tf4/bin/pip install -q 'transformers>=4.57,<5' tokenizers tiktoken && touch $@
+build/tf5/.installed: ; $(PYTHON) -m venv build/tf5 && build/tf5/bin/pip install -q 'transformers>=5,<6' tokenizers tiktoken && touch $@
+test-transformers: install $(TF_VENVS:%=%/.installed)
+	BPE_STREAM_REQUIRE_TRANSFORMERS=1 $(PY) -m pytest -p no:cacheprovider tests/test_transformers_exports.py
 
 # The engine and encoder tests against the extension built with AddressSanitizer and
 # UBSan, in build/asan (the in-place build that make test uses stays as it is).  Python

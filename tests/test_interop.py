@@ -258,7 +258,7 @@ def test_gpt2_files_encode_like_tiktoken_gpt2(gpt2_loaded, tiktoken_gpt2, text):
 
 def test_gpt2_export_is_byte_identical_to_the_originals(gpt2_loaded, tmp_path):
     written = export_tokenizer(gpt2_loaded, "gpt2", tmp_path / "out")
-    assert [Path(p).name for p in written] == ["vocab.json", "merges.txt"]
+    assert [Path(p).name for p in written] == ["vocab.json", "merges.txt", "tokenizer_config.json", "special_tokens_map.json"]
     assert (tmp_path / "out" / "vocab.json").read_bytes() == (CS336 / "gpt2_vocab.json").read_bytes()
     merges = (tmp_path / "out" / "merges.txt").read_bytes()
     assert merges.startswith(b"#version: 0.2\n")

@@ -133,7 +133,8 @@ def test_a_symlink_to_a_gpt2_directory_stays_a_symlink(made, tmp_path):
     link.symlink_to(real)
     code, _, err = run_cli("export", "-t", made["tok"], "-f", "gpt2", "-o", link, "-q")
     assert code == 0, err
-    assert link.is_symlink() and sorted(p.name for p in real.iterdir()) == ["merges.txt", "vocab.json"]
+    assert link.is_symlink() and sorted(p.name for p in real.iterdir()) == ["merges.txt", "special_tokens_map.json",
+                                                                        "tokenizer_config.json", "vocab.json"]
 
 
 def test_character_devices_and_fifos_are_written_directly(tmp_path):

@@ -409,17 +409,30 @@ def export(
     output: str = typer.Option(..., "--output", "-o", help="Where to write (a directory for gpt2; '-' is stdout for hf and native)."),
     vocab_size: Optional[int] = typer.Option(None, "--vocab-size", help="Keep only the first merges: this many tokens in all."),
     like: Optional[str] = typer.Option(
-        None, "--like", help="hf: copy this tokenizer.json (the one train --from extended), adding the new tokens and merges."
+        None, "--like", help="hf: copy this tokenizer.json or folder (the one train --from extended), adding the new tokens and merges."
     ),
+    bos: Optional[str] = typer.Option(None, "--bos", help="hf folder, gpt2: the special token transformers takes as bos_token \\[default: none]."),
+    eos: Optional[str] = typer.Option(None, "--eos", help="hf folder, gpt2: the special token transformers takes as eos_token \\[default: none]."),
+    pad: Optional[str] = typer.Option(None, "--pad", help="hf folder, gpt2: the special token transformers takes as pad_token \\[default: none]."),
+    unk: Optional[str] = typer.Option(None, "--unk", help="hf folder, gpt2: the special token transformers takes as unk_token \\[default: none]."),
     quiet: bool = QuietOpt,
 ):
-    """Write the tokenizer in a format other tools load directly."""
+    """Write the tokenizer in a format other tools load directly.
+
+    --format hf -o DIR (an existing directory, or a path ending in /) writes a folder that
+    transformers' AutoTokenizer.from_pretrained loads: tokenizer.json, tokenizer_config.json and
+    special_tokens_map.json; --format gpt2 writes the same two configs beside vocab.json and
+    merges.txt for GPT2Tokenizer.  No special token is eos, bos, pad or unk unless given."""
     from ..formats import export_tokenizer, export_warnings, load_any
 
     with user_errors():
         tok = load_any(tokenizer)
-        for written in export_tokenizer(tok, fmt, output, vocab_size, like):
+        notes: List[str] = []
+        roles = {"bos": bos, "eos": eos, "pad": pad, "unk": unk}
+        for written in export_tokenizer(tok, fmt, output, vocab_size, like, roles, notes):
             say(quiet, f"wrote {_shown(written)}")
+        for note in notes:
+            say(quiet, f"note: {note}")
         for warning in export_warnings(tok, fmt):
             say(quiet, f"warning: {warning}")
 
@@ -488,6 +501,52 @@ def eval_(
             )
         if not all(r["round_trip"] or r["lossy_by_design"] for r in rows):
             fail("the round trip changed the bytes; please report this with the tokenizer and the text")
+
+
+@app.command()
+def report(
+    paths: List[str] = typer.Argument(..., help="Held-out text files (each one document)."),
+    tokenizer: List[str] = typer.Option(..., "--tokenizer", "-t", help="A tokenizer to show (repeatable)."),
+    output: str = typer.Option(..., "--output", "-o", help="The HTML file to write."),
+    baseline: Optional[str] = typer.Option(
+        None, "--baseline", help="The tokenizer the others extend (train --from): shown too, with the new tokens and the tokens saved."),
+    merges: Optional[str] = typer.Option(None, "--merges", help="The merge-prefixes of the curve, e.g. 0,500,1000 \\[default: 9 evenly spread]."),
+    store: Optional[str] = typer.Option(None, "--store", help="Show this store's totals (the training text)."),
+    scripts: bool = typer.Option(True, "--scripts/--no-scripts", help="Bytes per token per Unicode script (encodes each distinct pretoken)."),
+    quiet: bool = QuietOpt,
+):
+    """One self-contained HTML page (inline SVG, nothing fetched) of the tokenizers on held-out
+    text: bytes/token against vocabulary size, per file and script, token lengths, the most
+    frequent and longest tokens, an extension's new tokens; the numbers eval --json gives."""
+    import os
+
+    from ..encode import report as rep
+    from ..formats import load_any
+
+    with user_errors():
+        check_output(output)
+        prefixes = None
+        if merges:
+            try:
+                prefixes = [int(x) for x in merges.split(",") if x.strip()]
+            except ValueError:
+                raise typer.BadParameter(f"--merges takes numbers separated by commas, not {merges!r}") from None
+        sources = [Source.from_arg(p) for p in paths]
+        if any(s.is_stdin for s in sources):
+            raise typer.BadParameter("report reads its files several times: give files, not stdin")
+        labels = [os.path.basename(os.path.normpath(t)) for t in tokenizer]
+        labels = [lab if labels.count(lab) == 1 else t for lab, t in zip(labels, tokenizer)]
+        toks = [(lab, load_any(t)) for lab, t in zip(labels, tokenizer)]
+        base = (os.path.basename(os.path.normpath(baseline)), load_any(baseline)) if baseline else None
+        stats_ = None
+        if store is not None:
+            from ..store.lmdb_store import Store
+
+            with Store.open(store_path(store), readonly=True) as st:
+                stats_ = st.stats(10)
+        fig = rep.build(toks, sources, prefixes, base, stats_, scripts)
+        rep.write(fig, output)
+        say(quiet, f"wrote {output}")
 
 
 def _round_trip_word(row: dict) -> str:

@@ -19,7 +19,7 @@ import gc
 import io
 import json
 import os
-from typing import BinaryIO, List, Optional
+from typing import BinaryIO, Dict, List, Optional
 
 from ..atomic import check_output, stdout_binary
 from ..encode.tokenizer import Tokenizer, TokenizerError
@@ -147,12 +147,16 @@ def export_warnings(tok: Tokenizer, fmt: str) -> List[str]:
             "tokenizer in pieces; the ids differ only for such pretokens"]
 
 
-def export_tokenizer(tok: Tokenizer, fmt: str, path, vocab_size: Optional[int] = None, like=None) -> List[str]:
+def export_tokenizer(tok: Tokenizer, fmt: str, path, vocab_size: Optional[int] = None, like=None,
+                     roles: Optional[Dict[str, str]] = None, notes: Optional[List[str]] = None) -> List[str]:
     """Writes ``tok`` (its first merges only, with ``vocab_size``) in format ``fmt``;
     returns the paths written.
 
-    * ``hf``: ``path`` is the ``tokenizer.json`` file (inside ``path`` when it is a directory).
-    * ``gpt2``: ``path`` is a directory (created if missing) receiving ``vocab.json`` and ``merges.txt``.
+    * ``hf``: ``path`` is the ``tokenizer.json`` file; a directory (or a path ending in ``/``,
+      created) is a folder that ``transformers.AutoTokenizer`` loads: ``tokenizer.json``,
+      ``tokenizer_config.json`` and ``special_tokens_map.json``.
+    * ``gpt2``: ``path`` is a directory (created if missing) receiving ``vocab.json``,
+      ``merges.txt`` and the same two config files (for ``GPT2Tokenizer``).
     * ``tiktoken``: ``path`` is the rank file; the sidecar ``path + ".json"`` holds the pattern
       and special tokens.
     * ``native``: ``path`` is the bpe-stream JSON file.
@@ -160,12 +164,16 @@ def export_tokenizer(tok: Tokenizer, fmt: str, path, vocab_size: Optional[int] =
     ``path`` ``-`` is stdout, for the formats that are one file (``hf``, ``native``).  The
     output paths are checked (:func:`atomic.check_output`) before anything is converted.
     ``like`` (``hf`` only): the HF file ``tok`` extends, kept whole but for the new tokens
-    and merges (``hf_like``).
+    and merges (``hf_like``); a folder, whose other tokenizer files are kept too.
+    ``roles`` (``hf`` folder, ``gpt2``): which special token transformers takes as eos, bos,
+    pad or unk (``transformers_config``).  ``notes``: a list receiving what was not carried over.
     """
     if fmt not in EXPORT_FORMATS:
         raise TokenizerError(f"unknown export format {fmt!r}; choose one of {', '.join(EXPORT_FORMATS)}")
     if like is not None and fmt != "hf":
         raise TokenizerError(f"--like keeps what an HF tokenizer.json holds: it goes with --format hf, not {fmt}")
+    if roles and any(roles.values()) and fmt not in ("hf", "gpt2"):
+        raise TokenizerError(f"--bos/--eos/--pad/--unk are for transformers (--format hf or gpt2), not {fmt}")
     path = os.fspath(path)
     if path == STDOUT:
         if fmt not in STREAM_FORMATS:
@@ -177,16 +185,19 @@ def export_tokenizer(tok: Tokenizer, fmt: str, path, vocab_size: Optional[int] =
     if vocab_size is not None:
         tok = truncate(tok, vocab_size)
     if path == STDOUT:
+        if roles and any(roles.values()):
+            raise TokenizerError("--bos/--eos/--pad/--unk are written to tokenizer_config.json, beside tokenizer.json: "
+                                 "give a directory as -o (e.g. -o out/)")
         dump_tokenizer(tok, fmt, stream, like)
         return [STDOUT]
     if fmt == "hf":
         from .hf import save_hf
 
-        return [save_hf(tok, path, like)]
+        return save_hf(tok, path, like, roles, notes)
     if fmt == "gpt2":
         from .gpt2 import save_gpt2
 
-        return save_gpt2(tok, path)
+        return save_gpt2(tok, path, roles)
     if fmt == "tiktoken":
         from .tiktoken_file import save_tiktoken
 
@@ -205,9 +216,9 @@ _MANY_FILES = {"gpt2": "a directory (vocab.json and merges.txt)", "tiktoken": "t
 def _outputs(fmt: str, path: str) -> List[tuple]:
     """``(path, is_directory)`` of what exporting to ``path`` in ``fmt`` writes."""
     if fmt == "hf":
-        from .hf import hf_file
+        from .hf import hf_file, is_folder
 
-        return [(hf_file(path), False)]
+        return [(path, True)] if is_folder(path) else [(hf_file(path), False)]
     if fmt == "gpt2":
         return [(path, True)]
     if fmt == "tiktoken":

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import json
 import os
-from typing import List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
-from ..atomic import atomic_directory, atomic_write
 from ..encode.tokenizer import Tokenizer, TokenizerError
 from .common import printable_keys, reject_doc_boundaries, reject_end_of_word
 from .files import read_json, read_tokenizer_file
 from .printable import from_printable
+from .transformers_config import check_roles, config_files, write_folder
 from .vocab_merges import special_symbols
 
 
@@ -65,10 +65,12 @@ def gpt2_dir_files(path) -> List[str]:
 MERGES_VERSION_LINE = "#version: 0.2\n"
 
 
-def save_gpt2(tok: Tokenizer, directory) -> List[str]:
+def save_gpt2(tok: Tokenizer, directory, roles: Optional[Dict[str, str]] = None) -> List[str]:
     """Writes ``vocab.json`` (printable token -> id, in id order, written as GPT-2's own file
-    is) and ``merges.txt`` (a ``#version: 0.2`` line, then ``left right`` per merge) into
-    ``directory`` (created if missing); returns both paths.
+    is), ``merges.txt`` (a ``#version: 0.2`` line, then ``left right`` per merge) and the
+    ``tokenizer_config.json`` + ``special_tokens_map.json`` that make transformers'
+    ``GPT2Tokenizer`` read them as bpe-stream does (``roles``: which special token is eos,
+    bos, pad, unk; none by default) into ``directory`` (created if missing); returns the paths.
 
     The pair holds no pretokenizer: readers (``Tokenizer.from_files``, HF's
     ``BPE.from_file``) assume GPT-2's, so other pretokenizers are an error, as are the word
@@ -78,6 +80,15 @@ def save_gpt2(tok: Tokenizer, directory) -> List[str]:
     directory = os.fspath(directory)
     if os.path.exists(directory) and not os.path.isdir(directory):
         raise TokenizerError(f"{directory} is a file; the gpt2 format is a directory (vocab.json + merges.txt)")
+    vocab_text, merges_text = gpt2_texts(tok)
+    files = [("vocab.json", vocab_text), ("merges.txt", merges_text)]
+    # transformers reads the pair with GPT2Tokenizer's defaults unless told: see transformers_config
+    files += config_files(tok, "GPT2Tokenizer", check_roles(tok, roles))
+    return write_folder(directory, files)
+
+
+def gpt2_texts(tok: Tokenizer) -> Tuple[str, str]:
+    """The texts of ``vocab.json`` and ``merges.txt``, or an error saying why ``tok`` has none."""
     reject_end_of_word(tok, "the GPT-2 vocab.json/merges.txt format")
     reject_doc_boundaries(tok, "the GPT-2 vocab.json/merges.txt format")
     if tok.pretokenizer.name != "gpt2":
@@ -103,23 +114,7 @@ def save_gpt2(tok: Tokenizer, directory) -> List[str]:
     vocab_doc = {keys[tid]: tid for tid in sorted(tok.vocab)}
     merges_text = MERGES_VERSION_LINE + "".join(f"{keys[left]} {keys[right]}\n" for left, right, _ in tok.merges)
     vocab_text = json.dumps(vocab_doc)  # GPT-2's own layout: ", " / ": " separators, ASCII escapes
-    vocab_path, merges_path = gpt2_dir_files(directory)
-    others = set(os.listdir(directory)) - {"vocab.json", "merges.txt"} if os.path.isdir(directory) else set()
-    if not others:
-        # The two files must change together: a new directory replaces the old in one step.
-        with atomic_directory(directory) as tmp:
-            for name, text in (("merges.txt", merges_text), ("vocab.json", vocab_text)):
-                with open(os.path.join(tmp, name), "w", encoding="utf-8", newline="\n") as f:
-                    f.write(text)
-                    f.flush()
-                    os.fsync(f.fileno())
-        return [vocab_path, merges_path]
-    # A directory with other files of the user's: each file is replaced atomically.
-    with atomic_write(merges_path, "w") as f:
-        f.write(merges_text)
-    with atomic_write(vocab_path, "w") as f:
-        f.write(vocab_text)
-    return [vocab_path, merges_path]
+    return vocab_text, merges_text
 
 
 def gpt2_pairs(directory) -> List[Tuple[str, str]]:

@@ -118,31 +118,62 @@ def to_hf_document(tok: Tokenizer) -> dict:
     }
 
 
-def hf_file(path) -> str:
-    """Where ``save_hf`` writes for ``path``: ``tokenizer.json`` inside it when it is a directory."""
+def is_folder(path) -> bool:
+    """Whether an hf export to ``path`` writes a folder: an existing directory, or a path
+    ending in a separator (``-o out/``, created)."""
     path = os.fspath(path)
-    return os.path.join(path, "tokenizer.json") if os.path.isdir(path) else path
+    return os.path.isdir(path) or path.endswith(os.sep)
+
+
+def hf_file(path) -> str:
+    """Where ``save_hf`` writes ``tokenizer.json`` for ``path``: inside it when it is a folder."""
+    path = os.fspath(path)
+    return os.path.join(path, "tokenizer.json") if is_folder(path) else path
 
 
 def write_hf(tok: Tokenizer, f, like=None) -> None:
     """Writes the ``tokenizer.json`` document of ``tok`` to the text stream ``f`` (``like``:
     as a copy of that HF file, which ``tok`` extends; see ``hf_like``)."""
+    f.write(hf_text(tok, like))
+
+
+def hf_text(tok: Tokenizer, like=None) -> str:
     if like is not None:
         from .hf_like import to_hf_document_like
 
         doc = to_hf_document_like(tok, like)
     else:
         doc = to_hf_document(tok)
-    json.dump(doc, f, ensure_ascii=False, indent=2)
-    f.write("\n")
+    return json.dumps(doc, ensure_ascii=False, indent=2) + "\n"
 
 
-def save_hf(tok: Tokenizer, path, like=None) -> str:
-    """Writes ``tokenizer.json`` at ``path`` (inside it when ``path`` is a directory); returns the file."""
-    path = hf_file(path)
-    with atomic_write(path, "w") as f:
-        write_hf(tok, f, like)
-    return path
+def save_hf(tok: Tokenizer, path, like=None, roles=None, notes: Optional[List[str]] = None) -> List[str]:
+    """Writes ``tokenizer.json`` at ``path``; returns the files written.  A folder (see
+    :func:`is_folder`) also gets the ``tokenizer_config.json`` and ``special_tokens_map.json``
+    that ``AutoTokenizer.from_pretrained`` needs (``roles``: see ``transformers_config``), or,
+    with ``like`` a folder, that folder's own files (``hf_like.folder_files``); what is
+    not carried over is said in ``notes``."""
+    from .transformers_config import check_roles, config_files, write_folder
+
+    roles = check_roles(tok, roles)
+    if not is_folder(path):
+        if roles:
+            raise TokenizerError("--bos/--eos/--pad/--unk are written to tokenizer_config.json, beside tokenizer.json: "
+                                 "give a directory as -o (e.g. -o out/)")
+        path = os.fspath(path)
+        with atomic_write(path, "w") as f:
+            write_hf(tok, f, like)
+        return [path]
+    files = [("tokenizer.json", hf_text(tok, like))]
+    if like is not None and os.path.isdir(like):
+        from .hf_like import folder_files
+
+        files += folder_files(tok, like, roles, notes if notes is not None else [])
+    else:
+        # PreTrainedTokenizerFast: tokenizer.json as it is (a model class such as GPT2Tokenizer
+        # would impose its own pre-tokenizer in transformers 5)
+        files += config_files(tok, "PreTrainedTokenizerFast", roles)
+    return write_folder(path, files)
 
 
 # ----------------------------------------------------------------------------------
