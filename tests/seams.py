@@ -27,7 +27,7 @@ Points of the work, each counted from 1 in this process (``"commit:3"`` is the t
 * ``checkpoint``: right after a training checkpoint was committed (``Checkpointer.save``);
 * ``open``: right after ``lmdb.open`` returned (in ``Store.open`` and ``Store.remap``);
 * ``read``: when a reader starts iterating the words (``Store.iter_word_blocks``, which
-  ``Store.iter_words`` reads through): its read
+  ``Store.iter_words`` reads through), or ``stats`` reads the kept top: its read
   transaction is open and has given the header, the words are still to come;
 * ``output``: right after a ``write`` to the temporary file of an atomic output;
 * ``replace``: just *before* an ``os.replace`` or directory exchange (``atomic._exchange``)
@@ -220,6 +220,13 @@ if "read" in wanted:
         yield from real_iter_word_blocks(self, txn, *args, **kwargs)
 
     store.Store.iter_word_blocks = iter_word_blocks
+    real_top_pretokens = store.Store.top_pretokens  # (stats reads the kept top, not the words)
+
+    def top_pretokens(self, txn, *args, **kwargs):
+        reached("read")
+        return real_top_pretokens(self, txn, *args, **kwargs)
+
+    store.Store.top_pretokens = top_pretokens
 
 if "output" in wanted:
     import bpe_stream.atomic as atomic

@@ -401,6 +401,18 @@ def stats(
             typer.echo(f"  {row['count']:>12,}  {row['pretoken']!r}")
 
 
+@app.command()
+def verify(store: Optional[str] = StoreOpt, quiet: bool = QuietOpt):
+    """Check every page and every count of the store (opening it checks only what changed)."""
+    from ..store.lmdb_store import check_store
+
+    with user_errors():
+        started = time.monotonic()
+        unique, nbytes = check_store(store_path(store))
+        say(quiet, f"verified the store at {store_path(store)}: every page and count whole ({unique:,} distinct "
+                   f"pretokens, {nbytes / 1e6:,.1f} MB) in {time.monotonic() - started:.2f} s")
+
+
 # -- export / eval -----------------------------------------------------------------
 @app.command()
 def export(

@@ -51,7 +51,7 @@ import heapq
 import os
 from contextlib import contextmanager
 from itertools import chain, compress, islice, repeat
-from operator import add, ge, is_, le, lt, not_
+from operator import add, ge, is_, le, lt, neg, not_
 from typing import Iterator, List, Optional, Tuple, Union
 
 import lmdb
@@ -84,6 +84,15 @@ _CHECK = b"check"
 _SOURCE_DIGESTS = b"source-digests/"  # in meta: + a source key -> its record's DIGEST_FIELDS
 DIGEST_FIELDS = ("digest", "chain", "head")
 _STAGED = b"staged/"  # in meta: + 4-byte big-endian chunk number -> msgpack [keys, counts]
+# In meta: msgpack [exact, [[count, pretoken], ...]] -- the TOP_KEPT most frequent pretokens
+# (count descending, then bytes), kept by every transaction that adds counts, so that ``stats``
+# reads them instead of every word.  Counts only grow, so a pretoken that enters the top does so
+# in a batch that holds it, and the batch's new counts at or above the kept floor are all it
+# takes.  Taking counts back (a negative count) can let an unseen pretoken into the top: the
+# record is then marked not exact and the next ``stats`` reads the words (and keeps the top
+# again).  Stores from before it have none: the same.
+_TOP = b"top"
+TOP_KEPT = 64
 
 
 class StoreError(UserError):
@@ -191,7 +200,10 @@ def _open_env(path: str, map_size: int, readonly: bool, create: bool, lock: bool
     )
 
 
-_LMDB_FILES = {"data.mdb", "lock.mdb", "claims.lock"}  # (claims.lock: sources.Claims)
+_LMDB_FILES = {"data.mdb", "lock.mdb", "claims.lock", "checked"}  # (claims.lock: sources.Claims; checked: below)
+# The state of the data file that the last structure check (or this library's own last commit)
+# vouched for, beside it: see _vouched.
+_CHECKED = "checked"
 
 
 def _write_failed(path: str, exc: Exception) -> str:
@@ -379,10 +391,83 @@ def _check_structure(env, path: str) -> None:
             raise StoreError(_damaged(path, exc)) from None
 
 
+def _file_state(env, path: str) -> Optional[Tuple[str, int]]:
+    """The data file as it stands -- its last committed transaction and what the file system says
+    of it (size, modification and change times, inode) -- and its modification time.  Any write
+    to the file changes the times; a copy is another inode with another change time."""
+    try:
+        st = os.stat(os.path.join(path, "data.mdb"))
+        txnid = env.info()["last_txnid"]
+    except (OSError, lmdb.Error):
+        return None
+    return f"{txnid} {st.st_size} {st.st_mtime_ns} {st.st_ctime_ns} {st.st_ino}", st.st_mtime_ns
+
+
+def _vouched(env, path: str) -> Optional[Tuple[str, int]]:
+    """None when the data file is in the state that the last full structure check, or the last
+    commit of a writer that closed cleanly, recorded in ``checked``: its pages are then the ones
+    checked, or written by this library, since, and the walk over every page (0.12 s on a
+    270 MB store, growing with the store) is skipped.  Else the state it is in now (taken
+    before a check).  Anything else than this library's commits -- a write by another program,
+    a copy, a writer killed after its commits -- leaves another state."""
+    state = _file_state(env, path)
+    try:
+        with open(os.path.join(path, _CHECKED), "rb") as f:
+            recorded = f.read(256).decode("ascii", "replace").strip()
+    except OSError:
+        return state or ("", 0)
+    return None if state is not None and recorded == state[0] else (state or ("", 0))
+
+
+# A file's times come from a coarse clock (a few ms): a write in the same tick as the state a
+# check saw would leave the same times.  So a check vouches only for a file left alone for
+# longer than this, and a writer closing stamps the file with a time of its own (see close).
+_SETTLED_NS = 1_000_000_000
+
+
+def _record_checked(path: str, state: str) -> None:
+    """Records ``state`` of the data file as checked (best effort: a store this process cannot
+    write is checked at every open)."""
+    tmp = os.path.join(path, f".{_CHECKED}.{os.getpid()}")
+    try:
+        with open(tmp, "w", encoding="ascii") as f:
+            f.write(state + "\n")
+        os.replace(tmp, os.path.join(path, _CHECKED))
+    except OSError:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+
+
+def check_store(path: str) -> Tuple[int, int]:
+    """``bpe-stream verify``: walks every tree of the store at ``path`` (whatever ``checked``
+    says) and reads every count against the check record; raises :class:`StoreError` naming
+    the damage.  Returns (distinct pretokens, bytes of the data file)."""
+    with Store.open(path, readonly=True, full_check=True) as store:
+        with store.reader() as txn:
+            for _ in store.iter_word_blocks(txn):
+                pass
+            return store.unique_words(txn), os.path.getsize(os.path.join(path, "data.mdb"))
+
+
 try:  # hashlib's own blake2b, without the OpenSSL library hashlib loads (performance notes above)
     from _blake2 import blake2b
 except ImportError:  # pragma: no cover - another Python
     from hashlib import blake2b
+
+
+class _Desc:
+    """A pretoken in a min-heap of (count, _Desc) whose root is the one to drop first: the least
+    count, and among equal counts the greatest bytes (the top ranks smaller bytes first)."""
+
+    __slots__ = ("b",)
+
+    def __init__(self, b: bytes):
+        self.b = b
+
+    def __lt__(self, other: "_Desc") -> bool:
+        return self.b > other.b
 
 
 def _digest(pretoken: bytes) -> bytes:
@@ -418,10 +503,14 @@ class Store:
         self.lock = lock  # False: read without LMDB's lock file, which this process cannot write
         self.db = _open_dbs(env, readonly, path)
         self.max_key = env.max_key_size()
+        self._committed = 0  # the id of this process's last write transaction (0: none)
 
     # -- opening -------------------------------------------------------------------
     @classmethod
-    def open(cls, path: str, *, create: bool = False, readonly: bool = False) -> "Store":
+    def open(cls, path: str, *, create: bool = False, readonly: bool = False, full_check: bool = False) -> "Store":
+        """Opens (``create``: or makes) the store at ``path``.  A file cut short is refused at
+        every open; every tree is walked when the data file is not in a state vouched for
+        (:func:`_vouched`), or with ``full_check``."""
         path = os.fspath(path)
         if os.path.exists(path) and not os.path.isdir(path):
             raise StoreError(f"{path} is a file, not a store directory; give --store a directory path")
@@ -459,8 +548,14 @@ class Store:
         except lmdb.Error as exc:
             raise StoreError(f"cannot open the store at {path}: {exc}") from None
         try:
-            if exists:
+            seen = _vouched(env, path) if exists else None
+            if exists and (full_check or seen is not None):
+                import time
+
                 _check_structure(env, path)
+                now = _file_state(env, path)
+                if seen and seen[0] and now == seen and time.time_ns() - seen[1] > _SETTLED_NS:
+                    _record_checked(path, seen[0])
             try:
                 meta, blank = _retrying(env, lambda: cls._inspect(env))
             except (_DAMAGE + (_Garbled,)) as exc:
@@ -547,7 +642,29 @@ class Store:
             return meta, blank
 
     def close(self) -> None:
+        # A writer that committed and closes cleanly vouches for the pages it wrote: the next
+        # open need not walk them (a kill skips this, and the next open checks everything).
+        if self._committed and not self.readonly:
+            self._vouch_for_own_commits()
         self.env.close()
+
+    def _vouch_for_own_commits(self) -> None:
+        """Records the data file as checked when this process's commit is its last: the file is
+        stamped with a modification time to the nanosecond, which no later write keeps (the
+        kernel's clock for file times is coarse), so the state recorded is this one alone."""
+        import time
+
+        data = os.path.join(self.path, "data.mdb")
+        try:
+            if self.env.info()["last_txnid"] != self._committed:
+                return
+            stamp = time.time_ns()
+            os.utime(data, ns=(stamp, stamp))
+        except (OSError, lmdb.Error):
+            return
+        state = _file_state(self.env, self.path)
+        if state is not None and state[1] == stamp and state[0].split()[0] == str(self._committed):
+            _record_checked(self.path, state[0])
 
     def remap(self) -> None:
         """Closes and reopens the environment (no transaction may be open): pages of the file
@@ -578,7 +695,10 @@ class Store:
         while True:
             try:
                 with self.env.begin(write=True) as txn:
-                    return fn(txn)
+                    result = fn(txn)
+                    committed = txn.id()
+                self._committed = committed
+                return result
             except lmdb.MapFullError:
                 try:
                     self.env.set_mapsize(self.env.info()["map_size"] * 2)
@@ -680,29 +800,39 @@ class Store:
         # increasing: so distinct, and in the tree's order
         increasing = increasing or all(map(lt, keys, islice(keys, 1, None)))
         key_bytes, max_len, total, lowest, highest = stats or _column_stats(keys, ns)
+        floor = self._top_floor(txn)
+        top = []
         if not increasing or lowest <= 0:
-            new, new_bytes = self._add_each(txn, zip(keys, ns))
+            new, new_bytes = self._add_each(txn, zip(keys, ns), floor, top)
         else:
             # Pretokens of 1 to max_key bytes are keys of their own; the rest (b"" sorts first)
             # go under their digest.
             if keys[0] and max_len <= self.max_key:  # all short: the usual batch
-                new, new_bytes = self._add_short(txn, keys, ns, (key_bytes, highest))
+                new, new_bytes = self._add_short(txn, keys, ns, (key_bytes, highest), floor, top)
             else:
                 short = list(map(le, map(len, keys), repeat(self.max_key)))
                 short[0] = short[0] and bool(keys[0])
                 long_ = list(map(not_, short))
-                new, new_bytes = self._add_short(txn, list(compress(keys, short)), list(compress(ns, short)))
-                more, more_bytes = self._add_each(txn, zip(compress(keys, long_), compress(ns, long_)))
+                new, new_bytes = self._add_short(txn, list(compress(keys, short)), list(compress(ns, short)),
+                                                 None, floor, top)
+                more, more_bytes = self._add_each(txn, zip(compress(keys, long_), compress(ns, long_)), floor, top)
                 new, new_bytes = new + more, new_bytes + more_bytes
+        if None in top:  # counts taken back: the top may now miss a pretoken
+            self._lose_top(txn)
+        else:
+            self._keep_top(txn, top)
         self._bump_check(txn, total, new)
         return new, new_bytes
 
-    def _add_short(self, txn, keys: list, ns: list, known: Optional[Tuple[int, int]] = None) -> Tuple[int, int]:
+    def _add_short(self, txn, keys: list, ns: list, known: Optional[Tuple[int, int]] = None, floor: Optional[int] = None,
+                   top: Optional[list] = None) -> Tuple[int, int]:
         """Adds positive counts of pretokens, in increasing order, that are keys of their own (1 to
         ``max_key`` bytes) in C loops: a lookup per key, the sums, one ``putmulti``.  (Per key
         from Python, the same took 4x as long: 1.8 s against 0.45 s for 420k keys.)  Into an
         empty tree (a new store's first batch) the keys are appended: no lookups, pages filled.
-        ``known``: the keys' total length and the largest count, if the caller has them."""
+        ``known``: the keys' total length and the largest count, if the caller has them.  With
+        a ``floor`` (see _top_floor), the (new count, pretoken) of the keys reaching it that can
+        rank in the kept top go to ``top``."""
         if not keys:
             return 0, 0
         words = self.db["words"]
@@ -712,12 +842,20 @@ class Store:
                 _u64(highest)
             with txn.cursor(db=words) as cur:
                 cur.putmulti(zip(keys, _values(ns)), append=True)
+            if floor is not None:
+                top.extend((-m, k) for m, k in heapq.nsmallest(TOP_KEPT, zip(map(neg, ns), keys)))
             return len(keys), key_bytes
         olds = list(map(txn.get, keys, repeat(_NO_COUNT), repeat(words)))  # _NO_COUNT: not there
         # old + new, the values, the largest and the new keys in one pass in C ...
-        summed = _native.add_le64(keys, olds, ns, _NO_COUNT) if _native is not None else None
+        summed = None
+        if _native is not None:
+            summed = _native.add_le64(keys, olds, ns, _NO_COUNT) if floor is None else \
+                _native.add_le64(keys, olds, ns, _NO_COUNT, floor)
         if summed is not None:
-            values, highest, new, new_bytes = summed
+            values, highest, new, new_bytes = summed[:4]
+            if floor is not None:
+                top.extend((-m, keys[i]) for m, i in heapq.nsmallest(
+                    TOP_KEPT, ((-m, i) for m, i in summed[4]), key=lambda x: (x[0], keys[x[1]])))
         else:  # ... or in Python's, with the errors a damaged store or a count too large gets
             if set(map(len, olds)) != {8}:
                 raise StoreError(_damaged(self.path, "a count is not 8 bytes"))
@@ -726,6 +864,9 @@ class Store:
             missing = list(map(is_, olds, repeat(_NO_COUNT)))
             new, new_bytes = sum(missing), sum(map(len, compress(keys, missing)))
             values = _values(totals)  # (made as putmulti takes them: after the check below)
+            if floor is not None:
+                top.extend((-m, k) for m, k in heapq.nsmallest(
+                    TOP_KEPT, ((-m, k) for m, k in zip(totals, keys) if m >= floor)))
         if highest > MAX_COUNT:  # the whole transaction is aborted: the store keeps its last commit
             _u64(highest)
         del olds
@@ -733,9 +874,10 @@ class Store:
             cur.putmulti(zip(keys, values))
         return new, new_bytes
 
-    def _add_each(self, txn, pairs) -> Tuple[int, int]:
+    def _add_each(self, txn, pairs, floor: Optional[int] = None, top: Optional[list] = None) -> Tuple[int, int]:
         """Adds (pretoken, count) pairs one by one: long pretokens (under their digest, the
-        count followed by the pretoken itself) and counts taken back."""
+        count followed by the pretoken itself) and counts taken back (which lose the kept top:
+        ``top`` is emptied and marked with a None, see _add_sorted)."""
         words, longwords, max_key = self.db["words"], self.db["longwords"], self.max_key
         new = new_bytes = 0
         for key, n in pairs:
@@ -743,6 +885,10 @@ class Store:
             db_key, db = (key, words) if short else (_digest(key), longwords)
             old = txn.get(db_key, db=db)
             total = n if old is None else int.from_bytes(old[:8], "little") + n
+            if n < 0 and top is not None:
+                top.append(None)
+            elif floor is not None and total >= floor and top is not None:
+                top.append((total, key))
             if total > 0:
                 txn.put(db_key, _u64(total) if short else _u64(total) + key, db=db)
                 if old is None:
@@ -755,6 +901,59 @@ class Store:
             else:
                 raise StoreError(_damaged(self.path, f"taking back counts of {key[:40]!r} that it does not hold"))
         return new, new_bytes
+
+    # -- the kept most frequent pretokens (_TOP) ---------------------------------------
+    def _top_record(self, txn) -> Tuple[bool, list]:
+        raw = txn.get(_TOP, db=self.db["meta"])
+        if raw is None:
+            return False, []
+        try:
+            exact, entries = unpack(raw)
+            return bool(exact), [(int(n), bytes(w)) for n, w in entries]
+        except (TypeError, ValueError):
+            raise StoreError(_damaged(self.path, "its record of the most frequent pretokens is garbled")) from None
+
+    def _top_floor(self, txn) -> int:
+        """The least count a pretoken needs to enter the kept top.  A store whose record is not
+        kept (from before it, or counts were taken back) has it rebuilt here, from every word,
+        once: the write that needs it is this transaction's."""
+        exact, entries = self._top_record(txn)
+        if not exact and (entries or self.unique_words(txn)):
+            entries = self._scan_top(txn, TOP_KEPT)
+            txn.put(_TOP, pack([True, [[n, w] for n, w in entries]]), db=self.db["meta"])
+        return entries[-1][0] if len(entries) >= TOP_KEPT else 0
+
+    def _keep_top(self, txn, candidates) -> None:
+        """Merges ``candidates`` ((new count, pretoken) of this transaction's adds at or above the
+        floor) into the kept top."""
+        exact, entries = self._top_record(txn)
+        merged = dict((w, n) for n, w in entries)
+        for n, w in candidates:
+            merged[w] = n
+        best = heapq.nsmallest(TOP_KEPT, ((-n, w) for w, n in merged.items()))
+        txn.put(_TOP, pack([True, [[-n, w] for n, w in best]]), db=self.db["meta"])
+
+    def _lose_top(self, txn) -> None:
+        txn.put(_TOP, pack([False, []]), db=self.db["meta"])
+
+    def top_pretokens(self, txn, top: int) -> List[Tuple[int, bytes]]:
+        """The ``top`` most frequent (count, pretoken), count descending then bytes: from the
+        kept record when it holds them, else read from every word (and kept again when this
+        process can write the store)."""
+        exact, entries = self._top_record(txn)
+        if exact and (top <= TOP_KEPT or len(entries) < TOP_KEPT):
+            return entries[:top]
+        return self._scan_top(txn, top)
+
+    def _scan_top(self, txn, top: int) -> List[Tuple[int, bytes]]:
+        """The ``top`` most frequent (count, pretoken), read from every word."""
+        best = []
+        for word, n in self.iter_words(txn):
+            if len(best) < top:
+                heapq.heappush(best, (n, _Desc(word)))
+            elif top and (n > best[0][0] or (n == best[0][0] and word < best[0][1].b)):
+                heapq.heapreplace(best, (n, _Desc(word)))
+        return [(n, d.b) for n, d in sorted(best, key=lambda x: (-x[0], x[1].b))]
 
     def _check_record(self, txn) -> Optional[Tuple[int, int]]:
         raw = txn.get(_CHECK, db=self.db["meta"])
@@ -1014,7 +1213,9 @@ class Store:
     def stats(self, top: int = 10) -> dict:
         """What the store holds (``bpe-stream stats``): settings, totals, unique pretokens and
         their bytes, files, size on disk, the estimated memory of training in memory, and the
-        ``top`` most frequent pretokens (count first, then bytes).  One pass over the words."""
+        ``top`` most frequent pretokens (count first, then bytes).  Read from the kept totals
+        and top (:data:`_TOP`), not from every word -- except in a store from before they were
+        kept, until its next count."""
         from ..train.estimate import estimate_train_memory
 
         with self.reader() as txn:
@@ -1023,15 +1224,11 @@ class Store:
                 raise StoreError(f"the store at {self.path} is empty; run 'bpe-stream count' first")
             totals = info_["totals"]
             unique = self.unique_words(txn)
-            symbols = 0
-            best = []
-            for word, n in self.iter_words(txn):
-                symbols += len(word)
-                if len(best) < top:
-                    heapq.heappush(best, (n, word))
-                elif top and n > best[0][0]:
-                    heapq.heapreplace(best, (n, word))
-            sources = sum(1 for _ in self.iter_sources(txn))
+            symbols = totals.get("unique_bytes")
+            if symbols is None or (unique and not symbols):  # a store from before the total existed
+                symbols = sum(sum(map(len, pretokens)) for pretokens, _ in self.iter_word_blocks(txn))
+            best = self.top_pretokens(txn, top)
+            sources = txn.stat(self.db["sources"])["entries"]
         return {
             "store": self.path,
             "settings": info_["settings"],
@@ -1044,10 +1241,7 @@ class Store:
             "files": sources,
             "disk_bytes": self.disk_bytes(),
             "estimated_train_memory_bytes": estimate_train_memory(unique, symbols),
-            "top": [
-                {"pretoken": w.decode("utf-8", "backslashreplace"), "count": n}
-                for n, w in sorted(best, key=lambda x: (-x[0], x[1]))
-            ],
+            "top": [{"pretoken": w.decode("utf-8", "backslashreplace"), "count": n} for n, w in best],
         }
 
 
