@@ -1134,15 +1134,24 @@ def section_engines(ctx: Context) -> Section:
     text = ctx.prefix(source, 20_000_000) if ctx.quick else source
     mb = size_mb(text)
     s.info.update(text=str(text), mb=mb)
-    seams = REPO / "tests" / "seams.py"
+    # the CLI, writing its own VmHWM at exit (not tests/seams.py: Dask's spawned workers
+    # would run a script's top level again)
+    driver = ("import atexit, os, sys\n"
+              "def hwm():\n"
+              "    with open('/proc/self/status') as f, open(os.environ['BPE_BENCH_HWM'], 'w') as out:\n"
+              "        out.write(next(line.split()[1] for line in f if line.startswith('VmHWM:')))\n"
+              "atexit.register(hwm)\n"
+              "from bpe_stream.cli.commands import main\n"
+              "sys.argv[0] = 'bpe-stream'\n"
+              "main()\n")
     for engine, module in (("local", None), *ENGINE_MODULES):
         if module is not None and importlib.util.find_spec(module) is None:
             s.note(f"{engine}: skipped, {module} is not installed (pip install 'bpe-stream[{engine}]')")
             continue
         store, hwm = ctx.tmp / f"engine-{engine}", ctx.tmp / f"engine-{engine}.hwm"
-        argv = [sys.executable, seams, "count", "--store", store, "--special-token", SPECIAL, "--workers", "2",
+        argv = [sys.executable, "-c", driver, "count", "--store", store, "--special-token", SPECIAL, "--workers", "2",
                 *(["--engine", engine] if module else []), text]
-        env = dict(os.environ, BPE_TEST_KNOBS=json.dumps({"hwm_file": str(hwm)}))
+        env = dict(os.environ, BPE_BENCH_HWM=str(hwm))
         m = ctx.cmd(f"count {engine} -w2", argv, setup=fresh(store), env=env)
         summary = parse_count_summary(m.stderr_tail)
         driver_mb = int(hwm.read_text()) / 1024 if hwm.exists() else None
