@@ -6,7 +6,7 @@ BPE := $(VENV)/bin/bpe-stream
 RUN_DIR ?= run
 STDLIB := $(shell $(PYTHON) -c "import sysconfig; print(sysconfig.get_paths()['stdlib'])")
 
-.PHONY: install run test test-transformers asan bench stress lint clean
+.PHONY: install run test test-transformers test-spark asan bench bench-scale stress lint clean
 
 # Byte code written as a wheel's install writes it (an editable install does not, and with
 # PYTHONDONTWRITEBYTECODE nothing else does): every command would compile its modules on
@@ -18,7 +18,7 @@ install: $(VENV)/.installed
 $(VENV)/.installed: setup.cfg pyproject.toml setup.py $(wildcard bpe_stream/csrc/*)
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[dev,dask,zstd,parquet]'
+	$(PY) -m pip install -q -e '.[dev,dask,ray,zstd,parquet]'
 	touch $@
 
 # The main job on a corpus every machine with Python has: the standard library's own
@@ -45,6 +45,14 @@ build/tf4/.installed: ; $(PYTHON) -m venv build/tf4 && build/tf4/bin/pip install
 build/tf5/.installed: ; $(PYTHON) -m venv build/tf5 && build/tf5/bin/pip install -q 'transformers>=5,<6' tokenizers tiktoken && touch $@
 test-transformers: install $(TF_VENVS:%=%/.installed)
 	BPE_STREAM_REQUIRE_TRANSFORMERS=1 $(PY) -m pytest -p no:cacheprovider tests/test_transformers_exports.py
+
+# The PySpark recipe on a real local Spark (tests/test_engine_spark.py; make test runs it only
+# where pyspark and Java are present): installs a Java runtime from Debian's packages when
+# there is none (as root), and pyspark (a 435 MB download) into the venv.
+test-spark: install
+	@command -v java >/dev/null 2>&1 || { apt-get update -q && apt-get install -y -q --no-install-recommends default-jre-headless; }
+	$(PY) -c "import pyspark" 2>/dev/null || $(PY) -m pip install -q -e '.[spark]'
+	$(PY) -m pytest -p no:cacheprovider -rs tests/test_engine_spark.py
 
 # The engine and encoder tests against the extension built with AddressSanitizer and
 # UBSan, in build/asan (the in-place build that make test uses stays as it is).  Python
@@ -76,7 +84,7 @@ stress: install
 
 lint: install
 	$(PY) -m pip install -q ruff==0.17.6
-	$(VENV)/bin/ruff check bpe_stream tests benchmarks tools
+	$(VENV)/bin/ruff check bpe_stream tests benchmarks tools examples
 
 clean:
 	rm -rf $(VENV) $(RUN_DIR) build *.egg-info .pytest_cache .hypothesis

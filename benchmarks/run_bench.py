@@ -78,9 +78,9 @@ import workloads as W  # noqa: E402
 from measure import MB, Measurement, MeasureError  # noqa: E402
 
 SPECIAL = "<|endoftext|>"
-SECTIONS = ("train-small", "count", "train-large", "encode", "corpus-gen", "out-of-core", "multi", "code")
-QUICK_DEFAULT = ("train-small", "count", "encode", "corpus-gen", "multi", "code")
-FULL_DEFAULT = ("train-small", "count", "train-large", "encode", "corpus-gen", "multi", "code")
+SECTIONS = ("train-small", "count", "train-large", "encode", "corpus-gen", "out-of-core", "multi", "code", "engines")
+QUICK_DEFAULT = ("train-small", "count", "encode", "corpus-gen", "multi", "code", "engines")
+FULL_DEFAULT = ("train-small", "count", "train-large", "encode", "corpus-gen", "multi", "code", "engines")
 SKIP_REASONS = {  # why a section is left out of a run that did not name it
     "train-large": "skipped with --quick (run it with --only train-large)",
     "out-of-core": "not run by default: it generates and counts gigabytes (run it with --only out-of-core)",
@@ -1117,6 +1117,53 @@ def section_code(ctx: Context) -> Section:
     return section_peers(ctx, "code", "code_25M.txt")
 
 
+ENGINE_MODULES = (("dask", "distributed"), ("ray", "ray"))
+
+
+def section_engines(ctx: Context) -> Section:
+    """Issue 37: the overhead of another engine, measured: ``count --engine dask --workers 2``
+    (its own LocalCluster) and ``count --engine ray --workers 2`` (a local Ray started for the
+    run) beside ``count -w2`` on the English corpus (20 MB with --quick), each into a new store.
+    MB/s of the whole command (the engine's start-up included: it is part of what a user
+    waits for) and of count's own summary line; the peak memory of the driver itself (its
+    VmHWM, written at exit through tests/seams.py) beside the whole process tree's (the
+    engine's scheduler and workers are its children).  An engine that is not installed is
+    skipped and said so."""
+    s = Section(ctx, "engines", "count -w2 vs --engine dask and --engine ray with 2 workers")
+    source = ctx.data("corpora", "en_100M.txt")
+    text = ctx.prefix(source, 20_000_000) if ctx.quick else source
+    mb = size_mb(text)
+    s.info.update(text=str(text), mb=mb)
+    # the CLI, writing its own VmHWM at exit (not tests/seams.py: Dask's spawned workers
+    # would run a script's top level again)
+    driver = ("import atexit, os, sys\n"
+              "def hwm():\n"
+              "    with open('/proc/self/status') as f, open(os.environ['BPE_BENCH_HWM'], 'w') as out:\n"
+              "        out.write(next(line.split()[1] for line in f if line.startswith('VmHWM:')))\n"
+              "atexit.register(hwm)\n"
+              "from bpe_stream.cli.commands import main\n"
+              "sys.argv[0] = 'bpe-stream'\n"
+              "main()\n")
+    for engine, module in (("local", None), *ENGINE_MODULES):
+        if module is not None and importlib.util.find_spec(module) is None:
+            s.note(f"{engine}: skipped, {module} is not installed (pip install 'bpe-stream[{engine}]')")
+            continue
+        store, hwm = ctx.tmp / f"engine-{engine}", ctx.tmp / f"engine-{engine}.hwm"
+        argv = [sys.executable, "-c", driver, "count", "--store", store, "--special-token", SPECIAL, "--workers", "2",
+                *(["--engine", engine] if module else []), text]
+        env = dict(os.environ, BPE_BENCH_HWM=str(hwm))
+        m = ctx.cmd(f"count {engine} -w2", argv, setup=fresh(store), env=env)
+        summary = parse_count_summary(m.stderr_tail)
+        driver_mb = int(hwm.read_text()) / 1024 if hwm.exists() else None
+        s.add(row_from(s.name, f"bpe-stream ({engine})", "count -w2", "CLI wall", m, mb, baseline=engine == "local",
+                       extra=dict(summary, driver_peak_mb=driver_mb)), m)
+        if summary.get("seconds"):
+            s.note(f"{engine}: {mb / m.wall_s:.1f} MB/s wall ({m.wall_s:.1f} s), {mb / summary['seconds']:.1f} MB/s by "
+                   f"count's summary ({summary['seconds']:.1f} s), driver peak "
+                   f"{driver_mb if driver_mb is None else round(driver_mb)} MB, process tree peak {m.peak_rss / MB:.0f} MB")
+    return s
+
+
 RUNNERS = {
     "train-small": section_train_small,
     "count": section_count,
@@ -1126,6 +1173,7 @@ RUNNERS = {
     "out-of-core": section_out_of_core,
     "multi": section_multi,
     "code": section_code,
+    "engines": section_engines,
 }
 
 

@@ -110,8 +110,9 @@ def count(
         None, "--max-memory", help="Memory budget; counts are flushed to the store before it is reached \\[default: half the available memory]."
     ),
     workers: Optional[int] = typer.Option(None, "--workers", "-w", min=1, help="Processes \\[default: all cores]."),
-    engine: str = typer.Option("local", "--engine", help="local (processes here) or dask (a Dask cluster)."),
+    engine: str = typer.Option("local", "--engine", help="local (processes here), dask (a Dask cluster) or ray (Ray)."),
     scheduler: Optional[str] = typer.Option(None, "--scheduler", help="Dask scheduler address; none starts a LocalCluster."),
+    address: Optional[str] = typer.Option(None, "--address", help="Ray cluster address (head:6379); none starts a local Ray."),
     recount: bool = typer.Option(False, "--recount", help="Count files again even if already counted."),
     strict_utf8: bool = typer.Option(False, "--strict-utf8", help="Stop at invalid UTF-8 instead of keeping it."),
     input_format: str = InputFormatOpt,
@@ -143,7 +144,8 @@ def count(
             settings = resolve_settings(given, st.settings())
             before = st.totals()
             n_workers = workers or default_workers()
-            runner = make_runner(engine, n_workers, scheduler) if engine != "local" or scheduler else None
+            runner = make_runner(engine, n_workers, scheduler, address) if engine != "local" or scheduler or address \
+                else None
             # The bar closes (cleared) before the interrupted line is said.
             bar = progress_bar(quiet, "count", "bytes", every=progress_every, style=progress, unit_scale=True)
             with _interrupted(st, before, sources), bar:

@@ -592,19 +592,27 @@ def balanced_range(range_bytes: int, size: int, workers: int) -> int:
     return min(range_bytes, max(MIN_BALANCED_RANGE, -(-size // (4 * workers))))
 
 
-ENGINES = ("local", "dask")
+ENGINES = ("local", "dask", "ray")
 
 
-def make_runner(engine: str = "local", workers: int = 1, scheduler: Optional[str] = None):
-    """The engine that runs counting units: ``local`` processes or a ``dask`` cluster."""
+def make_runner(engine: str = "local", workers: int = 1, scheduler: Optional[str] = None,
+                address: Optional[str] = None):
+    """The engine that runs counting units: ``local`` processes, a ``dask`` cluster
+    (``scheduler``) or ``ray`` (``address``)."""
+    if scheduler and engine != "dask":
+        raise SettingsError("--scheduler goes with --engine dask")
+    if address and engine != "ray":
+        raise SettingsError("--address goes with --engine ray")
     if engine == "local":
-        if scheduler:
-            raise SettingsError("--scheduler goes with --engine dask")
         return LocalRunner(workers)
     if engine == "dask":
         from ..parallel.dask_runner import DaskRunner
 
         return DaskRunner(workers, scheduler)
+    if engine == "ray":
+        from ..parallel.ray_runner import RayRunner
+
+        return RayRunner(workers, address)
     raise SettingsError(f"unknown engine {engine!r}; choose one of {', '.join(ENGINES)}")
 
 
