@@ -355,3 +355,53 @@ def test_tokens_longer_than_a_near_link_merge_exactly(tmp_path):
         assert c.merges == py.merges and c.merge_counts == py.merge_counts
         assert [(a, b) for a, b, _ in disk] == py.merges and [n for _, _, n in disk] == py.merge_counts
         assert max(len(t) for t in c.vocab.values()) >= 1 << 16  # the far links were used
+
+
+@pytest.fixture
+def compact_early():
+    """The disk path compacts its positions from the smallest input on (by default only past a
+    million positions)."""
+    previous = _fastbpe._set_compact_min(1)
+    yield
+    _fastbpe._set_compact_min(previous)
+
+
+@given(words=words_st, tie=st.sampled_from(TIE_BREAKS), n=st.integers(0, 60), eow=st.sampled_from([None, "</w>"]),
+       quota=st.sampled_from([0, 1 << 16, 1 << 20]))
+def test_the_disk_path_compacting_its_positions_equals_memory(tmp_path_factory, compact_early, words, tie, n, eow,
+                                                             quota):
+    """Once a third of the positions are dead the disk path moves the live ones to the front and
+    renumbers every occurrence list (``compact_positions`` in csrc/merge_loop.c): the merges and
+    their counts stay the in-memory engine's, whatever the quota."""
+    kw = dict(num_merges=n, tie_break=tie, end_of_word=eow, special_tokens=["<s>"])
+    memory = train(words, "c", **kw)
+    cfg = config(**kw)
+    base = cfg.base_vocab()
+    engine = DiskEngine([base[i] for i in range(len(base))], cfg.marker_id(), tie,
+                        str(tmp_path_factory.mktemp("c") / "s"), quota)
+    try:
+        engine.load(sorted(words.items()))
+        from bpe_stream.train.driver import drive
+
+        done = list(drive(engine, cfg.max_merges(), 1, []))
+    finally:
+        engine.close()
+    assert [(a, b) for a, b, _ in done] == memory.merges and [c for _, _, c in done] == memory.merge_counts
+
+
+def test_compaction_runs_and_keeps_far_links_and_forced_merges_exact(tmp_path, compact_early):
+    words = {b"a" * 140_001 + b"b": 3, b"x" + b"a" * 66_000: 1, b"ba": 5, **quota_words()}
+    tokens = [bytes([i]) for i in range(256)]
+    for tie in TIE_BREAKS:
+        py = train(words, "c", num_merges=300, tie_break=tie)
+        engine = DiskEngine(tokens, None, tie, str(tmp_path / f"s-{tie}"), 1 << 20)
+        try:
+            engine.load(sorted(words.items()))
+            given_ = engine.merge_given(py.merges[:40])  # a forced prefix (resume), then learned
+            done = engine.merge_best(260, 1)
+            stats = engine.memory()
+        finally:
+            engine.close()
+        assert given_ == py.merge_counts[:40]
+        assert [(a, b) for a, b, _ in done] == py.merges[40:] and [c for _, _, c in done] == py.merge_counts[40:]
+        assert stats["compactions"] >= 2

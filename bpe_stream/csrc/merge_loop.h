@@ -27,6 +27,7 @@ typedef struct {
     uint64_t disk_bytes, peak_disk_bytes; /* of the arena's file, if any (now, at most) */
     uint64_t anon_bytes, peak_anon_bytes, anon_quota; /* the arena's anonymous blocks (now, at most, limit) */
     uint64_t moved_to_file, moved_to_anon;             /* blocks the arena moved on growth (filearena.h) */
+    uint64_t compactions;                              /* times the positions were compacted */
 } MergeLoopStats;
 
 /* NULL with *status set when it cannot (a tie-break that is none, no memory).  With an
@@ -66,5 +67,9 @@ void merge_loop_stats(const MergeLoop *m, MergeLoopStats *out);
 /* The anonymous quota of the loop's arena (filearena.h's file_arena_set_quota; nothing without
  * an arena): raised after the load, when the caller's copy of the words is gone. */
 void merge_loop_set_quota(MergeLoop *m, uint64_t quota);
+/* A loop in a file arena compacts its positions once a third of them are dead (merged into the
+ * position on their left) and they number at least this many (see compact_positions in
+ * merge_loop.c); tests lower it to reach the compaction with small inputs. */
+extern uint64_t bs_compact_min;
 
 #endif

@@ -263,7 +263,7 @@ static PyObject *MergeLoop_stats(MergeLoopObject *self, PyObject *noargs) {
     if (!m) return NULL;
     MergeLoopStats st;
     merge_loop_stats(m, &st);
-    return Py_BuildValue("{s:K,s:K,s:I,s:K,s:d,s:d,s:K,s:K,s:K,s:K,s:K,s:K,s:K}", "visits", (unsigned long long)st.visits, "merged",
+    return Py_BuildValue("{s:K,s:K,s:I,s:K,s:d,s:d,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K}", "visits", (unsigned long long)st.visits, "merged",
                          (unsigned long long)st.merged, "pairs", st.pairs, "heap", (unsigned long long)st.heap,
                          "load_seconds", self->load_seconds, "merge_seconds", self->merge_seconds,
                          "disk_bytes", (unsigned long long)st.disk_bytes,
@@ -272,7 +272,8 @@ static PyObject *MergeLoop_stats(MergeLoopObject *self, PyObject *noargs) {
                          "peak_anon_bytes", (unsigned long long)st.peak_anon_bytes,
                          "anon_quota", (unsigned long long)st.anon_quota,
                          "moved_to_file", (unsigned long long)st.moved_to_file,
-                         "moved_to_anon", (unsigned long long)st.moved_to_anon);
+                         "moved_to_anon", (unsigned long long)st.moved_to_anon,
+                         "compactions", (unsigned long long)st.compactions);
 }
 
 static PyObject *MergeLoop_set_quota(MergeLoopObject *self, PyObject *arg) {
@@ -1259,6 +1260,17 @@ static PyObject *store_check(PyObject *self, PyObject *args, PyObject *kwds) {
     return PyLong_FromLong(rc);
 }
 
+/* _set_compact_min(positions) -> the previous value of bs_compact_min (merge_loop.h), so that a
+ * test reaches the compaction of positions with small inputs.  Not for use outside tests. */
+static PyObject *set_compact_min(PyObject *self, PyObject *args, PyObject *kwds) {
+    static char *kwlist[] = {"positions", NULL};
+    unsigned long long positions;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "K", kwlist, &positions)) return NULL;
+    uint64_t previous = bs_compact_min;
+    bs_compact_min = positions;
+    return PyLong_FromUnsignedLongLong(previous);
+}
+
 static PyObject *set_limit32(PyObject *self, PyObject *args, PyObject *kwds) {
     static char *kwlist[] = {"limit", NULL};
     unsigned long long limit;
@@ -1282,6 +1294,8 @@ static PyMethodDef methods[] = {
     {"column_stats", (PyCFunction)(void (*)(void))py_column_stats, KW, column_stats_doc},
     {"le64_values", (PyCFunction)(void (*)(void))py_le64_values, KW, le64_values_doc},
     {"add_le64", (PyCFunction)(void (*)(void))py_add_le64, KW, add_le64_doc},
+    {"_set_compact_min", (PyCFunction)(void (*)(void))set_compact_min, KW,
+     "_set_compact_min(positions) -> previous: the fewest positions the disk path compacts (tests only)."},
     {"_set_limit32", (PyCFunction)(void (*)(void))set_limit32, KW,
      "_set_limit32(limit) -> previous: the most items of an array counted in 32 bits (tests only)."},
     {NULL, NULL, 0, NULL},
