@@ -78,6 +78,14 @@ bench: install
 	$(PY) benchmarks/run_bench.py
 	$(PY) benchmarks/count_budget.py --dir build/count-budget
 
+# The scale benchmark (issue 35), apart from make bench: generated web text as .jsonl.zst counted
+# with every core and trained within budgets; JSON records and an RSS plot in build/scale.
+# SCALE_ARGS picks sizes, vocabulary, budgets (see benchmarks/bench_scale.py).
+SCALE_ARGS ?= --size 2G --vocab 65536 --budgets 2G,1G --memory-path --rustbpe-timeout 1800
+bench-scale: install
+	$(PY) -m pip install -q -e '.[dev,bench,zstd]'
+	$(PY) benchmarks/bench_scale.py $(SCALE_ARGS)
+
 # Kill/rerun, concurrency and creation races repeated for minutes (issue 7), outside make test.
 stress: install
 	$(PY) benchmarks/stress.py --minutes 5

@@ -161,3 +161,45 @@ def test_resuming_a_cut_checkpoint_past_its_end_leaves_a_readable_one(counted, t
         again, _ = train_from_store(st, TrainConfig(vocab_size=560), resume=True, on_message=messages.append)
     assert f"resuming after {len(cont.merges):,} checkpointed merges" in messages
     assert again.merges[:len(cont.merges)] == cont.merges and len(again.merges) == 560 - 258
+
+
+# -- train --plan (issue 35, item 4) ------------------------------------------------------------
+def test_train_plan_says_what_the_run_takes_and_trains_nothing(counted, cli):
+    from bpe_stream.train.pipeline import plan_summary
+
+    before = sorted(os.listdir(counted))
+    res = cli("train", "--store", counted, "--vocab-size", "1000", "--plan", "--json")
+    assert res.exit_code == 0, res.stderr
+    summary = __import__("json").loads(res.stdout)
+    with Store.open(counted, readonly=True) as st:
+        plan = plan_training(st, TrainConfig(vocab_size=1000))
+    assert summary == plan_summary(plan) and summary["path"] == "memory" and summary["scratch_bytes"] == 0
+    assert summary["merges"] == plan.limit and summary["estimated_seconds"] >= 0
+    assert sorted(os.listdir(counted)) == before  # nothing written: no tokenizer, no scratch
+    res = cli("train", "--store", counted, "--vocab-size", "1000", "--plan", "--max-memory", "30M", "--path", "disk")
+    assert res.exit_code == 0, res.stderr
+    text = res.stdout.decode()
+    assert "path                     disk (as asked)" in text and f"MB in {counted}" in text, text
+
+
+@needs_c
+def test_the_disk_path_is_refused_at_once_when_the_scratch_does_not_fit(counted, cli, monkeypatch):
+    import shutil
+    from collections import namedtuple
+
+    real = shutil.disk_usage
+    Usage = namedtuple("Usage", "total used free")
+    monkeypatch.setattr(shutil, "disk_usage", lambda p: Usage(10**9, 10**9 - 1000, 1000) if str(p) == str(counted)
+                        else real(p))
+    res = cli("train", "--store", counted, "--vocab-size", "1000", "--max-memory", "30M", "--path", "disk", "-o", "t.json")
+    assert res.exit_code == 1, res.stderr
+    lines = [line for line in res.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("Error: the disk path's scratch file needs about"), lines
+    assert f"in {counted}, which has 0 MB free" in lines[0]
+    assert not os.path.exists("t.json")
+    assert cli("train", "--store", counted, "--vocab-size", "1000", "--path", "memory", "-o", "t.json").exit_code == 0
+
+
+def test_train_without_an_output_or_plan_is_a_usage_error(counted, cli):
+    res = cli("train", "--store", counted, "--vocab-size", "1000")
+    assert res.exit_code == 2 and "Missing option '--output'" in res.stderr

@@ -161,7 +161,7 @@ def count(
 # -- train -------------------------------------------------------------------------
 @app.command()
 def train(
-    output: str = typer.Option(..., "--output", "-o", help="Where to write the tokenizer (JSON; '-' is stdout)."),
+    output: Optional[str] = typer.Option(None, "--output", "-o", help="Where to write the tokenizer (JSON; '-' is stdout)."),
     vocab_size: Optional[int] = typer.Option(None, "--vocab-size", help="Total vocabulary: 256 + specials + merges (with --from: all its tokens + the new merges)."),
     num_merges: Optional[int] = typer.Option(None, "--num-merges", help="Number of merges to learn."),
     store: Optional[str] = StoreOpt,
@@ -178,6 +178,8 @@ def train(
     from_tokenizer: Optional[str] = typer.Option(None, "--from", help="Continue this tokenizer: one this store trained, or extend any -t format (its ids kept)."),
     checkpoint_every: int = typer.Option(CHECKPOINT_EVERY, "--checkpoint-every", min=1, help="Checkpoint every N merges."),
     checkpoint_seconds: float = typer.Option(CHECKPOINT_SECONDS, "--checkpoint-seconds", min=0.0, help="... or every T seconds."),
+    plan: bool = typer.Option(False, "--plan", help="Only say what the run would take (path, memory, scratch disk, time); train nothing."),
+    as_json: bool = typer.Option(False, "--json", help="With --plan: the plan as JSON on stdout."),
     quiet: bool = QuietOpt,
     progress_every: Optional[float] = EveryOpt,
     progress: str = ProgressOpt,
@@ -187,9 +189,19 @@ def train(
     from ..store.lmdb_store import Store
     from ..train.trainer import TrainConfig
 
+    if output is None and not plan:
+        usage_error = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "UsageError")
+        raise usage_error("Missing option '--output' / '-o' (the tokenizer to write; or --plan).")
     budget = parse_size(max_memory) if max_memory else None
     from ..formats import load_any
     with user_errors():
+        if plan:
+            config = TrainConfig(
+                vocab_size=vocab_size, num_merges=num_merges, special_tokens=list(special_token or []),
+                doc_boundaries=doc_boundaries, tie_break=tie_break, min_count=min_count, min_word_count=min_word_count,
+            )
+            _show_plan(store, config, budget, path, resume, load_any(from_tokenizer) if from_tokenizer else None, as_json)
+            return
         _check_output_arg(output)  # before the training, not after it
         config = TrainConfig(
             vocab_size=vocab_size, num_merges=num_merges, special_tokens=list(special_token or []),
@@ -219,6 +231,31 @@ def train(
         last = result.merge_counts[-1] if result.merge_counts else 0
         say(quiet, f"learned {len(result.merges):,} merges (last pair count {last:,}); vocabulary {tok.vocab_size:,}; "
                    f"wrote {_shown(output)}")
+
+
+def _show_plan(store, config, budget, path, resume, base, as_json: bool) -> None:
+    """``train --plan``: the plan's figures on stdout (a table, or JSON)."""
+    from ..store.lmdb_store import Store
+    from ..train.pipeline import plan_summary, plan_training
+
+    with Store.open(store_path(store), readonly=True) as st:
+        summary = plan_summary(plan_training(st, config, max_memory=budget, path=path, resume=resume,
+                                             from_tokenizer=base))
+    if as_json:
+        typer.echo(json.dumps(summary, indent=2))
+        return
+    mb = lambda n: f"{n / 1e6:,.0f} MB"  # noqa: E731
+    rows = [("path", f"{summary['path']} ({summary['reason']})"),
+            ("words", f"{summary['distinct_pretokens']:,} distinct pretokens, {summary['symbols']:,} symbols"),
+            ("merges", f"{summary['merges']:,}" + (f" after {summary['forced_merges']:,} given" if summary["forced_merges"] else "")),
+            ("in-memory path peak", mb(summary["memory_path_peak_bytes"])),
+            ("peak anonymous memory", mb(summary["peak_anonymous_bytes"]) + f" (budget {mb(summary['budget_bytes'])})")]
+    if summary["path"] == "disk":
+        rows += [("scratch file", f"{mb(summary['scratch_bytes'])} in {summary['scratch_dir']}"),
+                 ("tables kept in memory", mb(summary["kept_in_memory_bytes"]))]
+    rows.append(("estimated time", f"{summary['estimated_seconds']:,.0f} s (one core, rough)"))
+    for key, value in rows:
+        typer.echo(f"{key:24} {value}")
 
 
 # -- encode / decode ---------------------------------------------------------------

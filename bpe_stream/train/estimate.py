@@ -79,9 +79,31 @@ def scratch_run_quota(budget: int) -> int:
     return scratch_quota(budget, DISK_BASE)
 
 
-def estimate_scratch_bytes(unique_pretokens: int, total_symbols: int) -> int:
-    """Bytes of disk the out-of-core trainer's scratch file needs: the in-memory tables."""
-    return C_PER_WORD * unique_pretokens + C_PER_SYMBOL * total_symbols
+def estimate_scratch_bytes(unique_pretokens: int, total_symbols: int, run_quota: int = 0) -> int:
+    """Bytes of disk the out-of-core trainer's scratch file needs: its tables less what the
+    quota keeps in memory (at most the positions, 8 bytes a symbol, and what else fits)."""
+    return max(0, estimate_disk_tables(unique_pretokens, total_symbols) - run_quota)
+
+
+# The disk path's tables as the file arena holds them (in the scratch file and in the anonymous
+# memory of its quota), per symbol and per word; and the CPU time of a run per symbol, for
+# ``train --plan``.  See the calibration table in the module docstring.
+DISK_TABLES_PER_SYMBOL = 32
+DISK_TABLES_PER_WORD = 20
+SECONDS_PER_SYMBOL = 180e-9  # load and merges, in memory, for 32,768 merges
+DISK_TIME_FACTOR = 1.2
+
+
+def estimate_disk_tables(unique_pretokens: int, total_symbols: int) -> int:
+    """Bytes of the disk path's tables: what the scratch file and the quota share."""
+    return DISK_TABLES_PER_WORD * unique_pretokens + DISK_TABLES_PER_SYMBOL * total_symbols
+
+
+def estimate_train_seconds(total_symbols: int, merges: int, disk: bool) -> float:
+    """A rough wall time of training (one core, nothing else running): the symbols at a rate
+    measured on generated web text, growing slowly with the merges."""
+    seconds = total_symbols * SECONDS_PER_SYMBOL * (max(merges, 1) / 32768) ** 0.3
+    return seconds * (DISK_TIME_FACTOR if disk else 1.0)
 
 
 def available_memory() -> int:

@@ -21,7 +21,7 @@ from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Un
 
 from ..count.counting import DocumentCounter, count_range, make_settings, merge_counts
 from .estimate import (DISK_BASE, MODEL_SPREAD, default_budget, estimate_disk_train_memory, estimate_scratch_bytes, estimate_train_memory,
-                       scratch_quota, scratch_run_quota)
+                       estimate_disk_tables, estimate_train_seconds, scratch_quota, scratch_run_quota)
 from .extend import Extension
 from .memory import _fastbpe, memory_engine
 from .engine import MergeEngine, WordArrays
@@ -101,6 +101,9 @@ class TrainPlan:
     scratch_quota: int  # bytes of the disk path's tables kept in anonymous memory while loading (the rest of the budget)
     scratch_run_quota: int  # ... and after, while merging
     messages: Tuple[str, ...]  # what the run says on stderr before it starts, in order
+    scratch_bytes: int = 0  # bytes of disk the disk path's scratch file takes (0 in memory)
+    scratch_dir: str = ""  # where it goes
+    seconds: float = 0.0  # a rough estimate of the run's time
 
 
 def plan_training(
@@ -166,13 +169,15 @@ def plan_training(
     wide = config.end_of_word is not None or extension is not None
     disk_need = estimate_disk_train_memory(unique, symbols, wide)
     quota, run_quota = scratch_quota(budget, disk_need), scratch_run_quota(budget)
+    scratch, where = 0, ""
     if path == "disk":
-        scratch = estimate_scratch_bytes(unique, symbols)
+        scratch = estimate_scratch_bytes(unique, symbols, run_quota)
+        where = _check_scratch_room(store, scratch)
         messages.append(
             f"the tables go to a scratch file beside the store (about {scratch / 1e6:,.0f} MB of disk, mapped: page "
-            f"cache, not part of the budget) except up to {min(run_quota, scratch) / 1e6:,.0f} MB of them kept in "
+            f"cache, not part of the budget) except up to {run_quota / 1e6:,.0f} MB of them kept in "
             f"memory (the rest of the budget, the positions first: every merge rewrites them); in memory about "
-            f"{max(disk_need + min(quota, scratch), DISK_BASE + min(run_quota, scratch)) / 1e6:,.0f} MB"
+            f"{_disk_peak(disk_need, quota, run_quota, unique, symbols) / 1e6:,.0f} MB"
         )
         if disk_need > budget:
             # Below the interpreter and the words on their way in nothing can go: say what
@@ -189,8 +194,56 @@ def plan_training(
         config=config, settings=settings, limit=limit, fingerprint=fingerprint, forced=tuple(forced),
         extension=extension, resumed=resumed, path=path, reason=reason, engine=engine, budget=budget, unique=unique, symbols=symbols,
         memory_estimate=need, disk_estimate=disk_need, scratch_quota=quota, scratch_run_quota=run_quota,
-        messages=tuple(messages),
+        messages=tuple(messages), scratch_bytes=scratch, scratch_dir=where,
+        seconds=estimate_train_seconds(symbols, max(0, limit - len(forced)), path == "disk"),
     )
+
+
+def _disk_peak(disk_need: int, quota: int, run_quota: int, unique: int, symbols: int) -> int:
+    """The disk path's anonymous peak: while loading, the interpreter and the words on their way
+    in with what of the tables the load quota keeps; while merging, the base and the run quota
+    (each at most the tables)."""
+    tables = estimate_disk_tables(unique, symbols)
+    return max(disk_need + min(quota, tables), DISK_BASE + min(run_quota, tables))
+
+
+def _check_scratch_room(store: Store, scratch: int) -> str:
+    """The directory the scratch file goes to (see _scratch_dir); a TrainError at once when its
+    file system has not room for it, rather than a full disk hours into the run."""
+    import shutil
+    import tempfile
+
+    where = store.path if os.access(store.path, os.W_OK) else tempfile.gettempdir()
+    try:
+        free = shutil.disk_usage(where).free
+    except OSError:
+        return where
+    if scratch > free:
+        raise TrainError(
+            f"the disk path's scratch file needs about {scratch / 1e6:,.0f} MB in {where}, which has "
+            f"{free / 1e6:,.0f} MB free; free disk space, give a larger --max-memory (more of the tables in "
+            f"memory), or train on a smaller store (--min-word-count)"
+        )
+    return where
+
+
+def plan_summary(plan: TrainPlan) -> dict:
+    """What ``train --plan`` reports: the path and why, the words, the in-memory peak, the disk
+    path's scratch and what of it the budget keeps in memory, the anonymous peak of the path
+    taken, and a rough time."""
+    disk = plan.path == "disk"
+    peak = (_disk_peak(plan.disk_estimate, plan.scratch_quota, plan.scratch_run_quota, plan.unique, plan.symbols)
+            if disk else plan.memory_estimate)
+    return {
+        "path": plan.path, "reason": plan.reason, "budget_bytes": plan.budget,
+        "distinct_pretokens": plan.unique, "symbols": plan.symbols,
+        "merges": max(0, plan.limit - len(plan.forced)), "forced_merges": len(plan.forced),
+        "memory_path_peak_bytes": plan.memory_estimate,
+        "peak_anonymous_bytes": peak,
+        "scratch_bytes": plan.scratch_bytes, "scratch_dir": plan.scratch_dir,
+        "kept_in_memory_bytes": min(plan.scratch_run_quota, estimate_disk_tables(plan.unique, plan.symbols)) if disk else 0,
+        "estimated_seconds": round(plan.seconds, 1),
+    }
 
 
 def _resume(checkpoint: Optional[dict], fingerprint: str, config: TrainConfig, forced: List[Tuple[int, int]]):
