@@ -15,7 +15,7 @@ from bpe_stream import bpe
 from bpe_stream.count import table as count_table, seen_files as sources
 from bpe_stream.train import memory as memory_engines
 from bpe_stream.pretok import pretokenize
-from bpe_stream.inputs import streaming
+from bpe_stream.inputs import cuts, streaming
 from bpe_stream.encode import tokenizer
 
 FLAGS = doctest.ELLIPSIS
@@ -32,7 +32,7 @@ def _run(test, runner):
     return runner
 
 
-@pytest.mark.parametrize("module", [bpe, pretokenize, memory_engines, streaming, count_table, sources], ids=lambda m: m.__name__)
+@pytest.mark.parametrize("module", [bpe, pretokenize, memory_engines, streaming, cuts, count_table, sources], ids=lambda m: m.__name__)
 def test_standalone_examples(module):
     runner = doctest.DocTestRunner(optionflags=FLAGS)
     for test in _tests(module):

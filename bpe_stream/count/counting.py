@@ -52,18 +52,18 @@ from dataclasses import dataclass, field
 from functools import cache
 from itertools import repeat
 from operator import add
-from typing import Callable, Iterable, List, Optional, Tuple, Union
+from typing import Callable, Iterable, List, NamedTuple, Optional, Tuple
 
 from .table import CountTable, merge_runs, merge_runs_packed, unpack_counts
 from ..errors import SettingsError
 from ..parallel.runner import LocalRunner, ThreadRunner
-from ..pretok.pretokenize import (
-    Pretokenizer,
-    SpecialSplitter,
+from ..pretok.pretokenize import Pretokenizer, SpecialSplitter, StreamSplitter, fast_split
+from ..pretok.settings import (  # noqa: F401 - the settings' functions, also by their old name here
     DEFAULT_MAX_TOKEN_BYTES,
-    StreamSplitter,
-    check_end_of_word,
-    fast_split,
+    default_max_token_bytes,
+    make_settings,
+    pretokenizer_of,
+    resolve_settings,
 )
 from ..inputs.reader import CHUNK_BYTES, InputError, Source, decode_chunks, from_bytes, invalid_utf8_message, to_bytes
 from ..pretok.scan import NATIVE_PATTERNS, first_invalid_utf8
@@ -85,51 +85,6 @@ COUNTER_SHARE = 0.35
 WORKER_BYTES = 96 << 20
 DEFAULT_MAX_MEMORY = 1 << 30
 RANGE_BYTES = 8 << 20  # one task of a worker
-
-
-def make_settings(pretokenizer: str = "gpt2", special_tokens: Iterable[str] = (), end_of_word: Optional[str] = None,
-                  max_token_bytes: Union[int, None, str] = "default") -> dict:
-    """The counting settings recorded in a store (and checked on every later run).
-    ``max_token_bytes`` (``count --max-token-bytes``; None or 0: no cap; ``"default"``:
-    :func:`default_max_token_bytes`, as ``count`` has it) is recorded only when there is a
-    cap, so a store made before the setting existed, which has none, keeps its meaning."""
-    if max_token_bytes == "default":
-        max_token_bytes = default_max_token_bytes(pretokenizer)
-    pre = Pretokenizer.from_name(pretokenizer, max_token_bytes)
-    specials = list(dict.fromkeys(special_tokens))
-    SpecialSplitter(specials)  # validates
-    check_end_of_word(end_of_word, specials)
-    settings = {"pretokenizer": pre.name, "pattern": pre.pattern, "special_tokens": specials, "end_of_word": end_of_word}
-    if pre.max_bytes:
-        settings["max_token_bytes"] = pre.max_bytes
-    return settings
-
-
-def default_max_token_bytes(pretokenizer: str) -> Optional[int]:
-    """The cap of a new store: ``DEFAULT_MAX_TOKEN_BYTES``, but none for ``none``, whose
-    pretokens are whole documents by choice."""
-    return None if pretokenizer == "none" else DEFAULT_MAX_TOKEN_BYTES
-
-
-def pretokenizer_of(settings: dict) -> Pretokenizer:
-    """The pretokenizer of a store's counting settings, its cap included."""
-    return Pretokenizer.from_name(settings["pretokenizer"], settings.get("max_token_bytes"))
-
-
-def resolve_settings(given: dict, recorded: Optional[dict] = None) -> dict:
-    """The counting settings of a run: the options given (``pretokenizer``, ``special_tokens``,
-    ``end_of_word``, ``max_token_bytes``; None where not given), the store's recorded ones for the others (defaults
-    in a new store), checked (:func:`make_settings`).  ``max_token_bytes``: a new store gets
-    the default cap; one recorded without the setting (older) has none."""
-    merged = {k: (recorded.get(k) if v is None and recorded is not None else v) for k, v in given.items()}
-    if "max_token_bytes" not in given and recorded is not None:  # a caller that does not name it
-        merged["max_token_bytes"] = recorded.get("max_token_bytes")
-    cap = merged.get("max_token_bytes")
-    return make_settings(
-        "gpt2" if merged["pretokenizer"] is None else merged["pretokenizer"],
-        merged["special_tokens"] or [], merged["end_of_word"],
-        "default" if cap is None and recorded is None else cap,
-    )
 
 
 def default_workers() -> int:
@@ -643,190 +598,278 @@ def count_sources(
     done with a file the store has seen before (skip, resume, count on after it grew, refuse)
     and the claims that keep two counts from counting one file: :mod:`bpe_stream.count.seen_files`."""
     store.check_settings(settings)  # recorded with the first batch: a failed first run leaves none
-    from ..inputs.documents import count_pieces, with_form
+    from ..inputs.documents import with_form
 
     # Compressed, JSON Lines and Parquet inputs (``documents``): their form found (and checked
     # against their first bytes) before anything is counted.
     sources = [s if s.form is not None else with_form(s, input_format, field, column) for s in sources]
-    summary = CountSummary(workers=workers)
-    started = time.monotonic()
-    flush_at = flush_threshold(max_memory, workers if runner is None else getattr(runner, "workers", workers))
-    # runs are merged into one when a quarter of a batch's worth has come since the last merge
-    compact_entries = max(1 << 16, flush_at // COUNTER_ENTRY_BYTES // 4)
-    batch = _Batch(compact_entries)
-    range_bytes = range_for(flush_at, range_bytes)
-    plans = plan_files(store, sources, settings, recount)  # every file decided before any is counted
-    plan_of = {id(p.source): p for p in plans}
-    stdin = any(s.is_stdin for s in sources)
-    to_count = sum(_bytes_to_count(p) for p in plans)
-    if not stdin:
-        on_total(to_count)
-    claims = Claims(store.path)
-    finished: List[Source] = []  # claimed until the batch with their last counts is committed
+    options = _Options(workers, max_memory, recount, strict_utf8, chunk_bytes, range_bytes, skip_bad_records,
+                       on_bytes, on_message, on_total)
+    return _Count(store, settings, options, runner).run(sources)
 
-    def flush():
-        nonlocal batch
-        current, batch = batch, _Batch(compact_entries)
 
-        counts = current.take_counts()
-        if counts or current.sources or any(current.totals.values()):
-            # bytes keys (from count_range and _count_pieces); settings recorded with the first batch
-            summary.new_unique += store.add_batch(
-                counts, current.sources, current.totals, before=lambda txn: store.settings_in(txn, settings)
-            )
-            store.remap()
-        for source in finished:
-            claims.drop(source)
-        finished.clear()
-        for key in ("bytes", "documents", "pretokens"):
-            setattr(summary, key, getattr(summary, key) + current.totals[key])
-        summary.skipped_records += current.skipped
+class Part(NamedTuple):
+    """What the result of one counting task stands for (the meta it carries through the
+    window): ``plan``, the file's plan (None: stdin); ``[start, end)``, its bytes -- for a
+    document source ``end`` is where its counts reach in the uncompressed text (or row
+    groups); ``last``, whether it is the file's (or the stream's) last part.  A document
+    source's part (compressed, JSON Lines, Parquet) also has its ``form``, ``raw``, the
+    compressed bytes read for it, and ``hasher``, the digest of the file being read."""
 
-    def take(meta, partial: PartialCounts, in_batch: bool = False, check: Optional[HashedBeside] = None):
-        """A result into the batch; ``in_batch``: its counts are in the batch's table already
-        (``count_range_into``), so a file that changed is the batch dropped, not committed;
-        ``check``: the range was hashed for the file's record as it was counted."""
-        nonlocal batch
-        if meta[0] is _DOCUMENTS:
-            take_document(meta, partial)
+    plan: Optional[FilePlan]
+    start: int
+    end: int
+    last: bool
+    form: object = None  # (documents.InputForm)
+    raw: int = 0
+    hasher: object = None
+
+
+@dataclass
+class _Options:
+    """The options of one :func:`count_sources` call, as it was given them."""
+
+    workers: int
+    max_memory: int
+    recount: bool
+    strict_utf8: bool
+    chunk_bytes: int
+    range_bytes: int
+    skip_bad_records: bool
+    on_bytes: Callable[[int], None]
+    on_message: Callable[[str], None]
+    on_total: Callable[[Optional[int]], None]
+
+
+class _Count:
+    """One :func:`count_sources` call, as named steps: plan every file, start the runner,
+    count each source (a file's ranges, a document source's pieces, stdin's pieces), take each
+    result into the batch in order, flush the batch into the store when it is full, and at
+    the end, close what was opened."""
+
+    def __init__(self, store: Store, settings: dict, options: _Options, runner):
+        self.store, self.settings, self.options, self.runner = store, settings, options, runner
+        self.summary = CountSummary(workers=options.workers)
+        self.started = time.monotonic()
+        self.flush_at = flush_threshold(options.max_memory,
+                                        options.workers if runner is None else getattr(runner, "workers", options.workers))
+        # runs are merged into one when a quarter of a batch's worth has come since the last merge
+        self.compact_entries = max(1 << 16, self.flush_at // COUNTER_ENTRY_BYTES // 4)
+        self.batch = _Batch(self.compact_entries)
+        self.range_bytes = range_for(self.flush_at, options.range_bytes)
+        self.finished: List[Source] = []  # claimed until the batch with their last counts is committed
+
+    def run(self, sources: List[Source]) -> CountSummary:
+        plans = plan_files(self.store, sources, self.settings, self.options.recount)  # every file decided first
+        self.plan_of = {id(p.source): p for p in plans}
+        self.stdin = any(s.is_stdin for s in sources)
+        self.to_count = sum(_bytes_to_count(p) for p in plans)
+        if not self.stdin:
+            self.options.on_total(self.to_count)
+        self.claims = Claims(self.store.path)
+        self._start_runner(sources)
+        given_names = {os.path.abspath(s.name): s.name for s in sources if not s.is_stdin}
+        try:
+            for source in sources:
+                self._count_source(source)
+            self._take_all(self.window.drain())
+            self.flush()
+        except OSError as exc:  # a worker's read of a file: named as the user named it, not by its absolute path
+            if isinstance(exc.filename, str) and exc.filename in given_names:
+                exc.filename = given_names[exc.filename]
+            raise
+        finally:
+            self._close()
+        self.summary.seconds = time.monotonic() - self.started
+        return self.summary
+
+    def _start_runner(self, sources: List[Source]) -> None:
+        if self.runner is None:
+            plain = all(not s.is_stdin and s.form is None for s in sources)
+            # A pool costs more than it saves on input that is a single range.
+            n = 1 if plain and sum(s.size for s in sources) <= self.range_bytes else self.options.workers
+            # Plain files' ranges are counted in C without the GIL: on threads, with nothing sent
+            # between processes.  Custom patterns, documents and stdin are Python's work: processes.
+            self.runner = ThreadRunner(n) if n > 1 and plain and native_countable(self.settings) else LocalRunner(n)
+        self.summary.workers = getattr(self.runner, "workers", self.options.workers)
+        self.window = Window(self.runner)
+        # Text of a stream with no cut for long goes to a file in the store's directory (on its
+        # disk): counted there by this process (stdin) or a worker on this machine (documents).
+        self.spool_dir = self.store.path if isinstance(self.runner, (LocalRunner, ThreadRunner)) else None
+        self.pre = pretokenizer_of(self.settings)
+        self.specials = [t.encode("utf-8") for t in self.settings["special_tokens"]]
+
+    def _close(self) -> None:
+        self.window.discard()
+        self.runner.close()
+        self.claims.close()
+        if self.spool_dir is not None:
+            remove_own_spools(self.spool_dir)
+
+    # -- the sources -------------------------------------------------------------------------
+    def _count_source(self, source: Source) -> None:
+        options = self.options
+        if source.is_stdin:
+            if source.form is not None:
+                self._count_documents(source, None)
+            else:
+                self._take_all(_count_stdin(source, self.settings, self.window, options.strict_utf8,
+                                            options.chunk_bytes, self.range_bytes, self.store.path))
             return
-        plan, start, end, last = meta
-        if plan is not None:
-            # The bytes the file's record stands for, hashed, must be the bytes counted.
-            if check is None:
-                check = RangeCheck() if partial.counted is None else SameBytes(partial.counted)
-                partial.counted = None
-                feed(plan.source.name, start, end, plan.digest, check=check)
-            if not check.matches(partial.digest):
-                if in_batch:
-                    batch = _Batch(compact_entries)  # what was committed before stays
-                else:
-                    flush()  # what was counted before stays
-                raise InputError(
-                    f"{plan.source.name} changed while it was being counted (bytes {start:,} to {end:,}); "
-                    "run the same command again once nothing writes to it"
-                )
-        batch.add(partial)
-        on_bytes(partial.bytes)
-        if last:
-            batch.totals["documents"] += 1
-        if plan is not None:
-            batch.sources[plan.source.key] = plan.record_at(end, last)
-            if last:
-                finished.append(plan.source)
-        if batch.estimated_bytes() >= flush_at:
-            flush()
+        plan = self._claim(source)
+        if plan.skip is not None:
+            self.summary.skipped.append(source.name)
+            options.on_message(plan.skip)
+            return
+        if source.form is not None:
+            if plan.message:
+                options.on_message(plan.message)
+            self._count_documents(source, plan)
+            return
+        self._count_file(plan)
 
-    def take_document(meta, partial: PartialCounts):
-        _, plan, form, end, last, raw, hasher = meta
-        batch.add(partial)
-        on_bytes(raw)
-        if last and form.records == "text" and end > 0:
-            batch.totals["documents"] += 1  # the decompressed text: one document (none if empty, as a plain file)
-        if plan is not None:
-            batch.sources[plan.source.key] = plan.record_document(end, last, hasher.digest() if last else None)
-            if last:
-                finished.append(plan.source)
-        if batch.estimated_bytes() >= flush_at:
-            flush()
+    def _claim(self, source: Source) -> FilePlan:
+        """The file's plan once claimed; the bar's total follows a plan that changed."""
+        planned = self.plan_of[id(source)]
+        plan = _claimed_plan(self.store, self.claims, planned, self.settings, self.options.recount)
+        if _bytes_to_count(plan) != _bytes_to_count(planned) and not self.stdin:
+            self.to_count += _bytes_to_count(plan) - _bytes_to_count(planned)
+            self.options.on_total(self.to_count)
+        return plan
 
-    def count_document_source(source: Source, plan: Optional[FilePlan]):
+    def _count_file(self, plan: FilePlan) -> None:
+        """A plain file, in ranges cut at safe points (after taking back the counts of a grown
+        file's old tail)."""
+        source = plan.source
+        plan.begin()
+        if plan.take_back is not None:
+            self.flush()
+            _take_back(self.store, plan, self.settings)
+        if plan.message:
+            self.options.on_message(plan.message)
+        ranges = file_ranges(source.name, plan.start, source.size, self.pre, self.specials,
+                             balanced_range(self.range_bytes, source.size - plan.start, self.summary.workers))
+        path = os.path.abspath(source.name)  # a worker may run elsewhere (Dask), in another directory
+        if self.window.runner.inline and native_countable(self.settings):
+            self._count_ranges_here(plan, path, ranges)
+        else:
+            self._count_ranges(plan, path, ranges)
+
+    def _count_ranges_here(self, plan: FilePlan, path: str, ranges: list) -> None:
+        """One worker: counted into the batch's table, no packing and merging, while a thread
+        hashes the range for the file's record."""
+        for i, (a, b, one) in enumerate(ranges):
+            check = HashedBeside(plan.source.name, a, b, plan.digest)
+            partial = count_range_into(path, a, b, range_settings(self.settings, one), self.options.strict_utf8,
+                                       self.batch.table, check)
+            self.take(Part(plan, a, b, i == len(ranges) - 1), partial, in_batch=True, check=check)
+
+    def _count_ranges(self, plan: FilePlan, path: str, ranges: list) -> None:
+        shared = getattr(self.window.runner, "shares_memory", False)
+        strict = self.options.strict_utf8
+        for i, (a, b, one) in enumerate(ranges):
+            unit_settings = range_settings(self.settings, one)
+            if shared:
+                unit, args = count_range_shared, (path, a, b, unit_settings, strict)
+            else:
+                unit, args = count_range, (path, a, b, unit_settings, strict, self.options.chunk_bytes, True, True)
+            self._take_all(self.window.submit(unit, args, Part(plan, a, b, i == len(ranges) - 1)))
+
+    def _count_documents(self, source: Source, plan: Optional[FilePlan]) -> None:
         """Pieces of a compressed, JSON Lines or Parquet input, cut by this process, counted by
         the workers; each piece's end (uncompressed offset, or row groups) is its commit point."""
+        from ..inputs.documents import count_pieces
+
         hasher = range_hasher()
         raw_before = 0
         start = plan.start if plan is not None else 0
-        pieces = count_pieces(source, source.form, start, settings, strict_utf8, skip_bad_records, range_bytes, hasher,
-                              spool_dir)
+        pieces = count_pieces(source, source.form, start, self.settings, self.options.strict_utf8,
+                              self.options.skip_bad_records, self.range_bytes, hasher, self.spool_dir)
         for piece in pieces:
-            meta = (_DOCUMENTS, plan, source.form, piece.end, piece.last, piece.raw - raw_before, hasher)
+            part = Part(plan, 0, piece.end, piece.last, source.form, piece.raw - raw_before, hasher)
             raw_before = piece.raw
-            for result in window.submit(piece.fn, piece.args, meta):
-                take(*result)
+            self._take_all(self.window.submit(piece.fn, piece.args, part))
 
-    if runner is None:
-        plain = all(not s.is_stdin and s.form is None for s in sources)
-        # A pool costs more than it saves on input that is a single range.
-        n = 1 if plain and sum(s.size for s in sources) <= range_bytes else workers
-        # Plain files' ranges are counted in C without the GIL: on threads, with nothing sent
-        # between processes.  Custom patterns, documents and stdin are Python's work: processes.
-        runner = ThreadRunner(n) if n > 1 and plain and native_countable(settings) else LocalRunner(n)
-    summary.workers = getattr(runner, "workers", workers)
-    window = Window(runner)
-    # Text of a stream with no cut for long goes to a file in the store's directory (on its
-    # disk): counted there by this process (stdin) or a worker on this machine (documents).
-    spool_dir = store.path if isinstance(runner, (LocalRunner, ThreadRunner)) else None
-    pre, specials = pretokenizer_of(settings), [t.encode("utf-8") for t in settings["special_tokens"]]
-    given_names = {os.path.abspath(s.name): s.name for s in sources if not s.is_stdin}
-    try:
-        for source in sources:
-            if source.is_stdin and source.form is not None:
-                count_document_source(source, None)
-                continue
-            if source.is_stdin:
-                for meta, partial in _count_stdin(source, settings, window, strict_utf8, chunk_bytes, range_bytes,
-                                                  store.path):
-                    take(meta, partial)
-                continue
-            planned = plan_of[id(source)]
-            plan = _claimed_plan(store, claims, planned, settings, recount)
-            if _bytes_to_count(plan) != _bytes_to_count(planned) and not stdin:
-                to_count += _bytes_to_count(plan) - _bytes_to_count(planned)
-                on_total(to_count)
-            if plan.skip is not None:
-                summary.skipped.append(source.name)
-                on_message(plan.skip)
-                continue
-            if source.form is not None:
-                if plan.message:
-                    on_message(plan.message)
-                count_document_source(source, plan)
-                continue
-            plan.begin()
-            if plan.take_back is not None:
-                flush()
-                _take_back(store, plan, settings)
-            if plan.message:
-                on_message(plan.message)
-            ranges = file_ranges(source.name, plan.start, source.size, pre, specials,
-                                 balanced_range(range_bytes, source.size - plan.start, summary.workers))
-            path = os.path.abspath(source.name)  # a worker may run elsewhere (Dask), in another directory
-            if window.runner.inline and native_countable(settings):
-                # One worker: counted into the batch's table, no packing and merging, while a
-                # thread hashes the range for the file's record
-                for i, (a, b, one) in enumerate(ranges):
-                    check = HashedBeside(plan.source.name, a, b, plan.digest)
-                    partial = count_range_into(path, a, b, range_settings(settings, one), strict_utf8,
-                                               batch.table, check)
-                    take((plan, a, b, i == len(ranges) - 1), partial, in_batch=True, check=check)
-                continue
-            shared = getattr(window.runner, "shares_memory", False)
-            for i, (a, b, one) in enumerate(ranges):
-                unit_settings = range_settings(settings, one)
-                if shared:
-                    unit, args = count_range_shared, (path, a, b, unit_settings, strict_utf8)
-                else:
-                    unit, args = count_range, (path, a, b, unit_settings, strict_utf8, chunk_bytes, True, True)
-                for meta, partial in window.submit(unit, args, (plan, a, b, i == len(ranges) - 1)):
-                    take(meta, partial)
-        for meta, partial in window.drain():
-            take(meta, partial)
-        flush()
-    except OSError as exc:  # a worker's read of a file: named as the user named it, not by its absolute path
-        if isinstance(exc.filename, str) and exc.filename in given_names:
-            exc.filename = given_names[exc.filename]
-        raise
-    finally:
-        window.discard()
-        runner.close()
-        claims.close()
-        if spool_dir is not None:
-            remove_own_spools(spool_dir)
-    summary.seconds = time.monotonic() - started
-    return summary
+    # -- the results, in order -----------------------------------------------------------------
+    def _take_all(self, results: Iterable[tuple]) -> None:
+        for part, partial in results:
+            self.take(part, partial)
 
+    def take(self, part: Part, partial: PartialCounts, in_batch: bool = False,
+             check: Optional[HashedBeside] = None) -> None:
+        """A result into the batch; ``in_batch``: its counts are in the batch's table already
+        (``count_range_into``), so a file that changed is the batch dropped, not committed;
+        ``check``: the range was hashed for the file's record as it was counted."""
+        if part.form is not None:
+            self._take_document(part, partial)
+            return
+        if part.plan is not None:
+            self._check_counted(part, partial, in_batch, check)
+        self.batch.add(partial)
+        self.options.on_bytes(partial.bytes)
+        if part.last:
+            self.batch.totals["documents"] += 1
+        if part.plan is not None:
+            self._record(part.plan, part.plan.record_at(part.end, part.last), part.last)
+        self._flush_if_full()
 
-_DOCUMENTS = object()  # marks the meta of a piece of a document source (``count_document_source``)
+    def _take_document(self, part: Part, partial: PartialCounts) -> None:
+        self.batch.add(partial)
+        self.options.on_bytes(part.raw)
+        if part.last and part.form.records == "text" and part.end > 0:
+            self.batch.totals["documents"] += 1  # the decompressed text: one document (none if empty, as a plain file)
+        if part.plan is not None:
+            digest = part.hasher.digest() if part.last else None
+            self._record(part.plan, part.plan.record_document(part.end, part.last, digest), part.last)
+        self._flush_if_full()
+
+    def _check_counted(self, part: Part, partial: PartialCounts, in_batch: bool,
+                       check: Optional[HashedBeside]) -> None:
+        """The bytes the file's record stands for, hashed, must be the bytes counted."""
+        plan = part.plan
+        if check is None:
+            check = RangeCheck() if partial.counted is None else SameBytes(partial.counted)
+            partial.counted = None
+            feed(plan.source.name, part.start, part.end, plan.digest, check=check)
+        if check.matches(partial.digest):
+            return
+        if in_batch:
+            self.batch = _Batch(self.compact_entries)  # what was committed before stays
+        else:
+            self.flush()  # what was counted before stays
+        raise InputError(
+            f"{plan.source.name} changed while it was being counted (bytes {part.start:,} to {part.end:,}); "
+            "run the same command again once nothing writes to it"
+        )
+
+    def _record(self, plan: FilePlan, record, last: bool) -> None:
+        self.batch.sources[plan.source.key] = record
+        if last:
+            self.finished.append(plan.source)
+
+    # -- the batch into the store ------------------------------------------------------------
+    def _flush_if_full(self) -> None:
+        if self.batch.estimated_bytes() >= self.flush_at:
+            self.flush()
+
+    def flush(self) -> None:
+        """The batch committed whole with its files' records, then the claims of the files it
+        finished dropped, and its totals added to the summary."""
+        current, self.batch = self.batch, _Batch(self.compact_entries)
+        counts = current.take_counts()
+        if counts or current.sources or any(current.totals.values()):
+            # bytes keys (from count_range and _count_pieces); settings recorded with the first batch
+            store, settings = self.store, self.settings
+            self.summary.new_unique += store.add_batch(
+                counts, current.sources, current.totals, before=lambda txn: store.settings_in(txn, settings)
+            )
+            store.remap()
+        for source in self.finished:
+            self.claims.drop(source)
+        self.finished.clear()
+        for key in ("bytes", "documents", "pretokens"):
+            setattr(self.summary, key, getattr(self.summary, key) + current.totals[key])
+        self.summary.skipped_records += current.skipped
 
 
 def _bytes_to_count(plan: FilePlan) -> int:
@@ -889,9 +932,9 @@ def _count_stdin(source: Source, settings: dict, window: Window, strict_utf8: bo
         spooled = [value for kind, value in items if kind == "spool"]
         args = (settings, pieces, len(found), sum(len(to_bytes(s)) for s in found))
         del items
-        yield from window.submit(_count_pieces, args, (None, 0, 0, last))
+        yield from window.submit(_count_pieces, args, Part(None, 0, 0, last))
         for spool in spooled:  # (counted here, where the spool is, and removed)
-            yield (None, 0, 0, False), count_spooled(spool.path, spool.size, settings, False, 0, piece_bytes)
+            yield Part(None, 0, 0, False), count_spooled(spool.path, spool.size, settings, False, 0, piece_bytes)
 
 
 def _count_pieces(settings: dict, pieces: List[str], n_specials: int, special_bytes: int) -> PartialCounts:

@@ -38,10 +38,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Dict, Iterator, List, Optional, Tuple
 
-from ..pretok.pretokenize import Pretokenizer, splittable
 from ..inputs.reader import InputError, Source
 from ..store.lmdb_store import Store, blake2b
-from ..inputs.streaming import last_byte_cut
+from ..inputs import cuts
 
 DIGEST_SIZE = 20
 DIGEST_BLOCK = 1 << 20  # a resumed digest hashes on from the last multiple of this
@@ -262,15 +261,8 @@ def _prefix_digest(path: str, offset: int, cut: int) -> Tuple[bytes, PrefixDiges
 
 # -- safe cuts ----------------------------------------------------------------------------
 def last_cut(path: str, end: int, settings: dict) -> int:
-    """The last safe cut at or before ``end`` in the file as it is now (0 when there is none,
-    and for the pretokenizers whose ranges cannot be counted apart): bytes before and after it
-    pretokenize as they do in the whole, special tokens that straddle ``end`` included."""
-    pre = Pretokenizer.from_name(settings["pretokenizer"], settings.get("max_token_bytes"))
-    if not splittable(pre) or end <= 0:
-        return 0
-    specials = [s.encode("utf-8") for s in settings["special_tokens"]]
-    with open(path, "rb") as f:
-        return last_byte_cut(f, 0, end, pre, specials)
+    """The last safe cut at or before ``end`` in the file as it is now: ``cuts.last_cut``."""
+    return cuts.last_cut(path, end, settings)
 
 
 # -- claims -------------------------------------------------------------------------------

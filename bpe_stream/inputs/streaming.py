@@ -20,11 +20,11 @@ Owns:
   forgets them, ``close()``; ``inline`` says it runs each task in this process when its
   result is asked for (then nothing is held in flight).
 
-A safe cut (``pretokenize.find_byte_cut``, or with a cap ``last_piece_byte_cut`` in a run
+A safe cut (``cuts.find_byte_cut``, or with a cap ``last_piece_byte_cut`` in a run
 with no other) is a byte offset where the pretokens of the parts equal the pretokens of the
 whole, special tokens included, so every count and every encoding is the same for any
 piece size, range size, read size and number of workers.  A pretokenizer without byte-level
-cuts (``pretokenize.splittable``) gets one range or piece for the whole.  In a file, a run of
+cuts (``cuts.splittable``) gets one range or piece for the whole.  In a file, a run of
 spaces with no such cut (cl100k's spaces after a newline: where the run ends decides its
 pretokens) is read to its end and cut between its pretokens and, with a cap, between their
 pieces: a range inside one pretoken is ``Range.one_pretoken`` and counted as its pieces, and
@@ -38,51 +38,19 @@ import os
 from collections import deque
 from typing import BinaryIO, Iterable, Iterator, List, NamedTuple, Optional, Sequence, Tuple
 
-from ..pretok.pretokenize import (
-    SPACE_CHARS,
-    SPACE_RUN_BYTES,
-    SPACE_RUN_BYTES_REVERSED,
+from ..pretok.pretokenize import Pretokenizer, StreamSplitter
+from .cuts import (
+    CUT_WINDOW,
     SPACE_RUN_PRETOKENIZERS,
-    Pretokenizer,
-    StreamSplitter,
+    cut_margin,
     find_byte_cut,
+    last_byte_cut,
     last_piece_byte_cut,
-    space_run_absorbed,
-    space_run_pretokens,
+    piece_cut_from,
+    space_run_cuts,
     splittable,
 )
 from .reader import InputError, decode_chunks, from_bytes, to_bytes
-
-CUT_WINDOW = 1 << 16  # bytes read around a planned cut of a file
-
-
-def _back(specials: Sequence[bytes]) -> int:
-    """How far before a cut to look: a special token (or a character) may straddle it."""
-    return max([4] + [len(s) for s in specials])
-
-
-def last_byte_cut(f: BinaryIO, floor: int, end: int, pre: Pretokenizer, specials: Sequence[bytes]) -> int:
-    """The last safe cut ``c`` with ``floor < c <= end`` in the open file ``f`` (whose bytes
-    from ``floor`` on are read as they are now), or ``floor`` when there is none: windows read
-    backwards from ``end``, growing, so a long stretch without a cut costs linear time.
-    Special tokens that straddle ``end`` are seen (the window reads a little past it)."""
-    longest = max([0] + [len(s) for s in specials])
-    back = max(4, longest)
-    hi, span = end, CUT_WINDOW
-    while hi > floor:
-        lo = max(floor, hi - span)
-        first = max(0, lo - back)
-        f.seek(first)
-        window = f.read(hi + longest + 1 - first)  # (a special may straddle hi; short at the end of the file)
-        best, p = -1, find_byte_cut(window, lo - first, pre, specials)
-        while 0 <= p and first + p <= hi:
-            best = first + p
-            p = find_byte_cut(window, p + 1, pre, specials)
-        if best > floor:
-            return best
-        hi, span = lo, 2 * span
-    return floor
-
 
 class Range(NamedTuple):
     """Bytes ``[start, end)`` of a file, to be counted apart.  ``one_pretoken``: the range is
@@ -108,7 +76,7 @@ def file_ranges(path: str, start: int, end: int, pre: Pretokenizer, specials: Se
     """
     if not splittable(pre) or end - start <= target:
         return [Range(start, end)]
-    back = _back(specials)
+    back = cut_margin(specials)
     cuts = [start]
     whole = set()  # the cuts that start a one_pretoken range
     pos = start + target
@@ -124,7 +92,7 @@ def file_ranges(path: str, start: int, end: int, pre: Pretokenizer, specials: Se
                 # In a run of spaces, whose pretokens depend on where it ends ("word\n", 1 GB
                 # of spaces, "\nword"): read to its end, then cut it between its pretokens and
                 # at their pieces' boundaries.
-                planned = _space_run_cuts(f, cuts[-1], pos, end, pre, specials, target)
+                planned = space_run_cuts(f, cuts[-1], pos, end, pre, specials, target)
                 if planned is not None:
                     runs_from, run_cuts = planned
                     if run_cuts:
@@ -143,11 +111,11 @@ def file_ranges(path: str, start: int, end: int, pre: Pretokenizer, specials: Se
                 # are a range long).
                 tried = cuts[-1]
                 origin = cuts[-1]
-                piece = _piece_cut_from(f, origin, min(end, pos + CUT_WINDOW), pre, specials)
+                piece = piece_cut_from(f, origin, min(end, pos + CUT_WINDOW), pre, specials)
                 if piece < pos - origin:
                     origin = last_byte_cut(f, cuts[-1], pos, pre, specials)
                     if origin > cuts[-1]:
-                        piece = _piece_cut_from(f, origin, min(end, pos + CUT_WINDOW), pre, specials)
+                        piece = piece_cut_from(f, origin, min(end, pos + CUT_WINDOW), pre, specials)
                 if piece >= pos - origin:
                     cut = origin + piece - lo
             if cut < 0:
@@ -159,141 +127,6 @@ def file_ranges(path: str, start: int, end: int, pre: Pretokenizer, specials: Se
     if cuts[-1] < end:
         cuts.append(end)
     return [Range(a, b, a in whole) for a, b in zip(cuts, cuts[1:]) if b > a]
-
-
-def _space_run_cuts(f: BinaryIO, floor: int, pos: int, end: int, pre: Pretokenizer,
-                    specials: Sequence[bytes], target: int) -> Optional[Tuple[int, list]]:
-    """For a planned cut at ``pos`` with none near it: when ``pos`` is inside a run of spaces
-    (after ``floor``, the last cut), ``(where the run ends, cuts)``: ``cuts`` as ``(offset,
-    whether a one_pretoken range starts there)`` -- where the run's own pretokens start, the
-    boundaries between them (``space_run_pretokens``) and their pieces' boundaries about
-    ``target`` apart, the last one where the run's pretokens end.  The run is read twice, a
-    window at a time.  None when ``pos`` is in no run of spaces or a special token could
-    touch one; no cuts when the run's start cannot be told (``space_run_absorbed``)."""
-    if any(c in SPACE_CHARS for s in specials for c in s.decode("utf-8", "surrogateescape")):
-        return None
-    cap = pre.max_bytes
-    first = max(floor, pos - 3)
-    f.seek(first)
-    head = f.read(pos + 1 - first)  # back to the start of the character at ``pos``
-    pos = first + next((i for i in range(len(head) - 1, -1, -1) if head[i] & 0xC0 != 0x80), 0)
-    f.seek(pos)
-    if not SPACE_RUN_BYTES.match(f.read(4)):
-        return None
-    # Back to the run's start, a window at a time (reversed: the run that ends at ``hi``).
-    # A window all spaces but for its first 3 bytes (a space cut by it?) goes on from there.
-    hi = pos
-    while True:
-        lo = max(floor, hi - CUT_WINDOW)
-        f.seek(lo)
-        m = SPACE_RUN_BYTES_REVERSED.match(f.read(hi - lo)[::-1])
-        n = m.end() if m else 0
-        if lo == floor or n < hi - lo - 3:
-            break
-        hi -= n
-    run_start = hi - n
-    # Forward to its end: where the CR/LF that start it end, where its last CR/LF ends.
-    lead_end = after_newline = at = run_start
-    leading = True
-    while at < end:
-        f.seek(at)
-        window = f.read(min(end - at, CUT_WINDOW))
-        m = SPACE_RUN_BYTES.match(window)
-        n = m.end() if m else 0
-        run = window[:n]
-        if leading:
-            k = n - len(run.lstrip(b"\r\n"))
-            lead_end, leading = at + k, k == n
-        last = max(run.rfind(b"\n"), run.rfind(b"\r"))
-        if last >= 0:
-            after_newline = at + last + 1
-        at += n
-        if n == 0 or n < len(window) - 3:  # (else a space may be cut by the window's end: read on)
-            break
-    run_end = at
-    # the character before the run, and whether a special token ends there or starts after it
-    before = None
-    if run_start > floor:
-        f.seek(max(floor, run_start - 4))
-        tail = f.read(run_start - max(floor, run_start - 4))
-        longest = max([0] + [len(s) for s in specials])
-        f.seek(max(floor, run_start - longest))
-        if not any(f.read(run_start - max(floor, run_start - longest)).endswith(s) for s in specials):
-            before = tail.decode("utf-8", "surrogateescape")[-1]
-    absorbed = space_run_absorbed(pre.name, before)
-    if absorbed is None:
-        absorbed = _takes_a_newline(f, floor, run_start, pre, specials)
-    own_start = lead_end if absorbed else run_start
-    if absorbed is None or own_start - run_start > target:  # (left as it was: no cut found)
-        return run_end, []
-    f.seek(run_end)
-    following = f.read(max([1] + [len(s) for s in specials]))
-    at_text_end = run_end >= end or any(following.startswith(s) for s in specials)
-    f.seek(max(run_start, run_end - 4))
-    tail = f.read(run_end - max(run_start, run_end - 4))
-    last = run_end - len(tail.decode("utf-8", "surrogateescape")[-1].encode("utf-8", "surrogateescape"))  # its last space
-    spans = space_run_pretokens(pre.name, own_start, max(own_start, after_newline), max(own_start, last), run_end,
-                                at_text_end)
-    if not spans:
-        return run_end, []
-    cuts = [(own_start, False)]
-    for a, b in spans:
-        cuts.append((a, True))
-        q = a
-        while True:
-            q = _piece_bound_from(f, q, q + target, b, cap)
-            if q >= b:
-                break
-            cuts.append((q, True))
-        cuts.append((b, False))
-    return run_end, cuts
-
-
-def _takes_a_newline(f: BinaryIO, floor: int, at: int, pre: Pretokenizer, specials: Sequence[bytes]) -> Optional[bool]:
-    """Whether the pretoken that ends at ``at`` takes a newline after it, found by ``regex``:
-    the text from the last safe cut before ``at`` pretokenized with a newline after it (an
-    o200k mark may end a run of letters or one of the rest).  None when that cut is over a
-    read window back, or a special token is in the way."""
-    q = last_byte_cut(f, floor, at - 1, pre, specials)
-    if at - q > CUT_WINDOW:
-        return None
-    f.seek(q)
-    context = f.read(at - q)
-    if any(s in context for s in specials):
-        return None
-    last = Pretokenizer.from_name(pre.name).split(from_bytes(context) + "\n")[-1]
-    return last != "\n"
-
-
-def _piece_bound_from(f: BinaryIO, q: int, want: int, b: int, cap: int) -> int:
-    """The first boundary at or after ``want`` between the cap's pieces of the pretoken that
-    ends at ``b`` (of spaces, valid UTF-8), ``q`` being one of them; ``b`` when there is none
-    before it.  Pieces are cut greedily (``pretokenize.cap_pieces``): the most whole
-    characters that fit in ``cap`` bytes."""
-    while q < want:
-        if b - q <= cap:
-            return b
-        f.seek(q)
-        chunk = f.read(min(b - q, max(CUT_WINDOW, cap + 4)))
-        if chunk.isascii():  # a byte a character: pieces of ``cap`` bytes
-            k = max(1, min((b - q - 1) // cap, len(chunk) // cap, -(-(want - q) // cap)))
-            q += k * cap
-            continue
-        i = 0
-        while q + i < want and b - (q + i) > cap and i + cap < len(chunk):
-            j = i + cap
-            while chunk[j] & 0xC0 == 0x80:  # (not inside a character)
-                j -= 1
-            i = j
-        q += i
-    return q
-
-
-def _piece_cut_from(f: BinaryIO, origin: int, end: int, pre: Pretokenizer, specials: Sequence[bytes]) -> int:
-    """``last_piece_byte_cut`` of bytes ``[origin, end)`` of the open file ``f``: an offset
-    from ``origin``, or -1."""
-    f.seek(origin)
-    return last_piece_byte_cut(f.read(end - origin), pre, specials)
 
 
 def byte_pieces(stream: BinaryIO, pre: Pretokenizer, specials: Sequence[bytes], limit: int, chunk_bytes: int,
@@ -310,7 +143,7 @@ def byte_pieces(stream: BinaryIO, pre: Pretokenizer, specials: Sequence[bytes], 
     [(b'Hello world,', 0), (b' hello again', 12)]
     """
     cut_ok = splittable(pre)
-    back = _back(specials)
+    back = cut_margin(specials)
     limit = max(limit, 1)
     read = stream.read
     buf = bytearray()  # appended to and cut from the front in amortized O(1): text without a cut stays linear

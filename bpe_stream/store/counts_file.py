@@ -58,7 +58,7 @@ from dataclasses import dataclass, field
 from typing import BinaryIO, Dict, Iterable, Iterator, Optional, Tuple
 
 from ..atomic import atomic_write, stdout_binary
-from ..count.counting import make_settings
+from ..pretok.settings import make_settings
 from ..errors import UserError
 from ..pretok.pretokenize import PretokenizeError
 from .lmdb_store import MAX_COUNT
