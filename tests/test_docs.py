@@ -82,8 +82,8 @@ def test_the_checks_can_fail(tmp_path):
                                    "[web](https://example.org)\n```sh\n[not a link](nowhere.md)\n```\n")
     assert slug("count: text into the word-frequency store") == "count-text-into-the-word-frequency-store"
     assert broken_links(tmp_path / "a.md") == ["b.md", "#top-2"]
-    assert private_imports("from bpe_stream.count.counting import count_text") == ["bpe_stream.count.counting",
-                                                                                    "count_text"]
+    assert private_imports("from bpe_stream.count.counting import count_sources") == ["bpe_stream.count.counting",
+                                                                                       "count_sources"]
     assert private_imports("from bpe_stream import Tokenizer\nimport bpe_stream.store") == ["bpe_stream.store"]
     (tmp_path / "b.md").write_text("<!-- example: not run (needs a file) -->\n```python\nx = 1\n```\n"
                                    "```python\ny = 2\n```\n")

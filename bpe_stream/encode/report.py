@@ -310,16 +310,9 @@ svg{font:12px system-ui,sans-serif;display:block;margin:6px 0 12px}svg text{fill
 """
 
 
-def render(fig: dict, title: str = "bpe-stream report") -> str:
-    """The HTML page of :func:`build`'s figures."""
-    toks = fig["tokenizers"]
-    names = [t["label"] for t in toks]
-    files = fig["files"]
-    body = [f"<h1>{_E(title)}</h1>",
-            f'<p class="note">{len(files)} held-out file{"s" if len(files) != 1 else ""}, '
-            f'{sum(t["bytes"] for t in files if t["bytes"] is not None):,} bytes; {len(toks)} tokenizer'
-            f'{"s" if len(toks) != 1 else ""}. Figures as <code>bpe-stream eval --json</code> gives them.</p>']
-    # summary
+def _summary_section(toks, names, files, fig) -> list:
+    """The summary table: one row a tokenizer."""
+    body = []
     body.append("<h2>Summary</h2>")
     body.append(_table(
         ["tokenizer", "vocab size", "merges", "bytes", "tokens", "bytes/token", "compression ratio", "tokens/word",
@@ -329,7 +322,12 @@ def render(fig: dict, title: str = "bpe-stream report") -> str:
           _num(t["total"]["tokens_per_word"]), _num(t["total"]["vocab_used_share"], ".1%"),
           "ok" if t["total"]["round_trip"] else ("lossy by design" if t["total"]["lossy_by_design"] else "FAILED"))
          for t in toks]))
-    # curve
+    return body
+
+
+def _curve_section(toks, names, files, fig) -> list:
+    """Bytes per token against the vocabulary size of the nested vocabularies."""
+    body = []
     body.append("<h2>Bytes per token as the vocabulary grows</h2>")
     body.append('<p class="note">Each point is one of the nested vocabularies of a run: its first merges only '
                 "(<code>eval --merges</code>).</p>")
@@ -341,7 +339,12 @@ def render(fig: dict, title: str = "bpe-stream report") -> str:
                            [(f"{r['merges']:,}", f"{r['vocab_size']:,}", f"{r['tokens']:,}", _num(r["bytes_per_token"]),
                              _num(r["compression_ratio"]), _num(r["vocab_used_share"], ".1%")) for r in t["curve"]],
                            numeric_from=0))
-    # per file
+    return body
+
+
+def _files_section(toks, names, files, fig) -> list:
+    """Bytes per token per input file."""
+    body = []
     body.append("<h2>Per input file</h2>" + _legend(names))
     body.append(bar_chart([f["name"] for f in files], names,
                           [[t["per_file"][i]["bytes_per_token"] for t in toks] for i in range(len(files))], ".3f"))
@@ -349,7 +352,12 @@ def render(fig: dict, title: str = "bpe-stream report") -> str:
                        [[f["name"], f"{toks[0]['per_file'][i]['bytes']:,}"]
                         + [f"{t['per_file'][i]['tokens']:,}" for t in toks]
                         + [_num(t["per_file"][i]["bytes_per_token"]) for t in toks] for i, f in enumerate(files)]))
-    # per script
+    return body
+
+
+def _script_section(toks, names, files, fig) -> list:
+    """Bytes per token per script of the pretokens' first letters (when known)."""
+    body = []
     if any(t["per_script"] for t in toks):
         scripts = []
         for t in toks:
@@ -366,7 +374,12 @@ def render(fig: dict, title: str = "bpe-stream report") -> str:
                            [[s, f"{by[0][s]['bytes']:,}" if s in by[0] else "–",
                              f"{by[0][s]['pretokens']:,}" if s in by[0] else "–"]
                             + [_num(b[s]["bytes_per_token"]) if s in b else "–" for b in by] for s in scripts]))
-    # lengths
+    return body
+
+
+def _length_section(toks, names, files, fig) -> list:
+    """Token lengths on the text and in the vocabulary."""
+    body = []
     body.append("<h2>Token length</h2>" + _legend(names))
     lengths = sorted({int(k) for t in toks for k in t["length_by_occurrence"]})
     body.append('<div class="cols"><div><h3>Tokens of the text, by length in bytes (share)</h3>')
@@ -378,7 +391,12 @@ def render(fig: dict, title: str = "bpe-stream report") -> str:
     body.append(bar_chart([f"{n} byte{'s' if n != 1 else ''}" for n in vlengths], names,
                           [[t["length_in_vocab"].get(str(n), 0) for t in toks] for n in vlengths], ",d"))
     body.append("</div></div>")
-    # tokens
+    return body
+
+
+def _tokens_section(toks, names, files, fig) -> list:
+    """The most frequent and longest tokens; for an extension, what it adds."""
+    body = []
     for t in toks:
         body.append(f"<h2>Tokens of {_E(t['label'])}</h2>")
         body.append('<p class="note">␣ is a space; \\n, \\t and \\xNN are a newline, a tab and bytes that are not '
@@ -401,7 +419,12 @@ def render(fig: dict, title: str = "bpe-stream report") -> str:
                                [(s["file"], f"{s['tokens_before']:,}", f"{s['tokens_after']:,}", f"{s['tokens_saved']:,}",
                                  _num(s["tokens_saved_share"], ".1%")) for s in saved]))
             body.append("<h3>New tokens, most used first</h3>" + _token_table(t["new_tokens"], t["total"]["tokens"]))
-    # store
+    return body
+
+
+def _store_section(toks, names, files, fig) -> list:
+    """The training store's totals and the training record."""
+    body = []
     if "store" in fig:
         st = fig["store"]
         body.append("<h2>Training store</h2>")
@@ -415,6 +438,21 @@ def render(fig: dict, title: str = "bpe-stream report") -> str:
         ], numeric_from=1))
         if st.get("training"):
             body.append("<h3>Training record</h3>" + _table(["", ""], [(k, v) for k, v in st["training"].items()]))
+    return body
+
+
+def render(fig: dict, title: str = "bpe-stream report") -> str:
+    """The HTML page of :func:`build`'s figures."""
+    toks = fig["tokenizers"]
+    names = [t["label"] for t in toks]
+    files = fig["files"]
+    body = [f"<h1>{_E(title)}</h1>",
+            f'<p class="note">{len(files)} held-out file{"s" if len(files) != 1 else ""}, '
+            f'{sum(t["bytes"] for t in files if t["bytes"] is not None):,} bytes; {len(toks)} tokenizer'
+            f'{"s" if len(toks) != 1 else ""}. Figures as <code>bpe-stream eval --json</code> gives them.</p>']
+    for section in (_summary_section, _curve_section, _files_section, _script_section, _length_section,
+                    _tokens_section, _store_section):
+        body += section(toks, names, files, fig)
     data = json.dumps(fig, ensure_ascii=False).replace("</", "<\\/")
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
             f"<title>{_E(title)}</title><style>{CSS}</style></head><body>\n" + "\n".join(body)
