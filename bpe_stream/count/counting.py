@@ -67,7 +67,8 @@ from ..pretok.pretokenize import (
 )
 from ..inputs.reader import CHUNK_BYTES, InputError, Source, decode_chunks, from_bytes, invalid_utf8_message, to_bytes
 from ..pretok.scan import NATIVE_PATTERNS, first_invalid_utf8
-from .seen_files import Claims, FilePlan, HashedBeside, RangeCheck, SameBytes, feed, plan_files, range_hasher
+from .seen_files import (Claims, FilePlan, HashedBeside, RangeCheck, Refused, SameBytes, feed, plan_files, range_hasher,
+                         what_stays)
 from ..store.lmdb_store import SortedCounts, Store, StoreError
 from ..inputs.streaming import Spooled, Window, file_ranges, remove_own_spools, text_pieces
 
@@ -451,9 +452,15 @@ def count_parquet_group(path: str, group: int, first_row: int, column: str, sett
                         skip_bad: bool, name: Optional[str] = None) -> PartialCounts:
     """The counting unit of one Parquet row group: each row's ``column`` one document
     (``name``: the file as messages call it, ``path`` by default)."""
-    from ..inputs.documents import parquet_documents
+    from ..inputs.documents import hash_documents, parquet_documents, prefix_hasher
 
-    return _count_documents(parquet_documents(path, group, first_row, column, strict_utf8, skip_bad, name), settings)
+    # The row group's digest goes with its counts: the file's record chains it (issue 39: a
+    # stopped count resumes while the row groups it committed are unchanged).
+    hasher = prefix_hasher()
+    docs = hash_documents(parquet_documents(path, group, first_row, column, strict_utf8, skip_bad, name), hasher)
+    partial = _count_documents(docs, settings)
+    partial.digest = hasher.digest()
+    return partial
 
 
 @dataclass
@@ -635,7 +642,7 @@ def count_sources(
     done with a file the store has seen before (skip, resume, count on after it grew, refuse)
     and the claims that keep two counts from counting one file: :mod:`bpe_stream.count.seen_files`."""
     store.check_settings(settings)  # recorded with the first batch: a failed first run leaves none
-    from ..inputs.documents import count_pieces, with_form
+    from ..inputs.documents import MissingExtra, count_pieces, with_form
 
     # Compressed, JSON Lines and Parquet inputs (``documents``): their form found (and checked
     # against their first bytes) before anything is counted.
@@ -694,10 +701,12 @@ def count_sources(
                     batch = _Batch(compact_entries)  # what was committed before stays
                 else:
                     flush()  # what was counted before stays
-                raise InputError(
+                changed = InputError(
                     f"{plan.source.name} changed while it was being counted (bytes {start:,} to {end:,}); "
                     "run the same command again once nothing writes to it"
                 )
+                changed.task_meta = meta  # (whose: the file of this result, not the one being read)
+                raise changed
         batch.add(partial)
         on_bytes(partial.bytes)
         if last:
@@ -710,13 +719,16 @@ def count_sources(
             flush()
 
     def take_document(meta, partial: PartialCounts):
-        _, plan, form, end, last, raw, hasher = meta
+        _, plan, form, end, last, raw, hasher, prefix = meta
         batch.add(partial)
         on_bytes(raw)
         if last and form.records == "text" and end > 0:
             batch.totals["documents"] += 1  # the decompressed text: one document (none if empty, as a plain file)
         if plan is not None:
-            batch.sources[plan.source.key] = plan.record_document(end, last, hasher.digest() if last else None)
+            # (with the digest of what the counts cover: a Parquet row group's comes from its worker)
+            group = partial.digest if form.records == "parquet" else None
+            batch.sources[plan.source.key] = plan.record_document(end, last, hasher.digest() if last else None,
+                                                                  prefix, group)
             if last:
                 finished.append(plan.source)
         if batch.estimated_bytes() >= flush_at:
@@ -729,9 +741,9 @@ def count_sources(
         raw_before = 0
         start = plan.start if plan is not None else 0
         pieces = count_pieces(source, source.form, start, settings, strict_utf8, skip_bad_records, range_bytes, hasher,
-                              spool_dir)
+                              spool_dir, plan.prefix if plan is not None else None)
         for piece in pieces:
-            meta = (_DOCUMENTS, plan, source.form, piece.end, piece.last, piece.raw - raw_before, hasher)
+            meta = (_DOCUMENTS, plan, source.form, piece.end, piece.last, piece.raw - raw_before, hasher, piece.prefix)
             raw_before = piece.raw
             for result in window.submit(piece.fn, piece.args, meta):
                 take(*result)
@@ -750,6 +762,7 @@ def count_sources(
     spool_dir = store.path if isinstance(runner, (LocalRunner, ThreadRunner)) else None
     pre, specials = pretokenizer_of(settings), [t.encode("utf-8") for t in settings["special_tokens"]]
     given_names = {os.path.abspath(s.name): s.name for s in sources if not s.is_stdin}
+    source = None
     try:
         for source in sources:
             if source.is_stdin and source.form is not None:
@@ -804,6 +817,15 @@ def count_sources(
         for meta, partial in window.drain():
             take(meta, partial)
         flush()
+    except InputError as exc:
+        # Issue 39: a failed count names its file (a worker's task, or the file read here) and
+        # says what the store keeps of it (``seen_files.what_stays``).
+        meta = getattr(exc, "task_meta", None)
+        failed = source if meta is None else (meta[1] if meta[0] is _DOCUMENTS else meta[0])
+        failed = getattr(failed, "source", failed)  # (a FilePlan's file)
+        if isinstance(exc, (Refused, MissingExtra)) or failed is None or failed.is_stdin:
+            raise
+        raise exc.naming(failed.name, what_stays(store, failed)) from None
     except OSError as exc:  # a worker's read of a file: named as the user named it, not by its absolute path
         if isinstance(exc.filename, str) and exc.filename in given_names:
             exc.filename = given_names[exc.filename]
