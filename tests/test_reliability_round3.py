@@ -193,3 +193,126 @@ def test_strict_utf8_in_encode_names_the_file(bpe, tmp_path):
         (tmp_path / name).write_bytes(packed)
         assert_clean_error(bpe("encode", "-t", "tok.json", "--strict-utf8", "fine.txt", name),
                            f"{name}: invalid UTF-8 at byte offset 500")
+
+
+# -- 9. the library with wrong types: TypeError naming the argument; what users pass accepted ---------
+class NumpyLikeId:
+    """An integer that is not an ``int`` (numpy.int64's protocol: ``__index__``)."""
+
+    def __init__(self, value):
+        self.value = value
+
+    def __index__(self):
+        return self.value
+
+
+def test_the_library_names_a_wrong_type_and_accepts_what_users_pass(tmp_path):
+    from bpe_stream import Tokenizer
+    from bpe_stream.train.pipeline import train_bpe, train_from_iterator
+
+    texts = ["hello world, hello <s> there"] * 20
+    tok = train_from_iterator(texts, 270, ["<s>"])
+    (tmp_path / "c.txt").write_text(texts[0] * 5)
+    wrong = [
+        (lambda: Tokenizer.from_vocab_merges([b"a", b"b"], []), "vocab takes a dict"),
+        (lambda: Tokenizer.from_vocab_merges(*tok.to_vocab_merges(), pretokenizer=5), "pretokenizer takes a name"),
+        (lambda: Tokenizer(tok.vocab, tok.merges, pretokenizer=5), "pretokenizer takes a name"),
+        (lambda: tok.encode(b"ab"), "encode takes text (str), not bytes; use encode_bytes"),
+        (lambda: tok.encode(None), "encode takes text (str), not None"),
+        (lambda: tok.decode("1 2"), "decode takes a sequence of ids (int), not str"),
+        (lambda: tok.decode([1.5]), "decode takes ids (int), not float"),
+        (lambda: Tokenizer.load(5), "Tokenizer.load takes a path"),
+        (lambda: train_bpe(str(tmp_path / "c.txt"), 300, "<s>"), "special_tokens takes a list of str, not one str"),
+        (lambda: train_from_iterator(texts, 300, special_tokens="<s>"), "special_tokens takes a list of str"),
+        (lambda: train_from_iterator("one long text", 300), "texts takes an iterable of texts, not one str"),
+        (lambda: train_from_iterator(texts, 300, from_tokenizer=5), "from_tokenizer takes a Tokenizer or a path"),
+    ]
+    for call, words_ in wrong:
+        with pytest.raises(TypeError) as info:
+            call()
+        assert words_ in str(info.value), (words_, str(info.value))
+    # accepted: numpy-style ids, bytes special tokens, a tokenizer's path
+    assert tok.decode([NumpyLikeId(i) for i in tok.encode("hello there")]) == "hello there"
+    vocab, merges_ = train_bpe(str(tmp_path / "c.txt"), 270, [b"<s>"])
+    assert vocab == train_bpe(str(tmp_path / "c.txt"), 270, ["<s>"])[0] and b"<s>" in vocab.values()
+    assert Tokenizer.from_vocab_merges(vocab, merges_, [b"<s>"]).special_tokens == ["<s>"]
+    tok.save(str(tmp_path / "tok.json"))
+    more = train_from_iterator(texts, 280, ["<s>"], from_tokenizer=str(tmp_path / "tok.json"))
+    assert more.merges[:len(tok.merges)] == tok.merges
+
+
+# -- 10. stats of a store under a directory that cannot be entered ------------------------------------
+def test_stats_under_a_directory_that_cannot_be_entered_says_permission_denied(bpe, tmp_path):
+    import os
+    import shutil
+    import subprocess
+
+    if os.geteuid() != 0 or shutil.which("setpriv") is None:
+        pytest.skip("needs root and setpriv to drop root's power to enter any directory")
+    (tmp_path / "a.txt").write_bytes(TEXT)
+    ok(bpe("count", "--store", "locked/st", "a.txt"))
+    (tmp_path / "locked").chmod(0)
+    try:
+        for command in (["stats"], ["train", "--vocab-size", "300", "-o", "t.json"]):
+            cmd = H.Cmd(*command, "--store", tmp_path / "locked" / "st")
+            res = subprocess.run(["setpriv", "--bounding-set=-dac_override,-dac_read_search", "--", *cmd.argv],
+                                 env=cmd.env, cwd=tmp_path, capture_output=True, timeout=H.HANG_TIMEOUT)
+            assert_clean_error(res, "Permission denied")
+            assert b"no store at" not in res.stderr
+    finally:
+        (tmp_path / "locked").chmod(0o755)
+
+
+# -- 11. train --from a tokenizer of other counts: extending, not continuing -------------------------
+def test_from_a_tokenizer_of_another_store_says_extending(bpe, tmp_path):
+    (tmp_path / "a.txt").write_bytes(TEXT)
+    (tmp_path / "b.txt").write_bytes(b"Completely other words: zebra quantum lexicon " * 300)
+    ok(bpe("count", "--store", "a", "a.txt"))
+    ok(bpe("count", "--store", "b", "b.txt"))
+    ok(bpe("train", "--store", "a", "--vocab-size", 280, "-o", "a.json"))
+    res = ok(bpe("train", "--store", "b", "--vocab-size", 300, "--from", "a.json", "-o", "b.json"))
+    assert "continuing" not in stderr_text(res) and "extending a tokenizer with 24 merges" in stderr_text(res)
+    res = ok(bpe("train", "--store", "a", "--vocab-size", 300, "--from", "a.json", "-o", "a2.json"))
+    assert "continuing from a tokenizer with 24 merges" in stderr_text(res)
+
+
+# -- 13. what the last pass found still failing ---------------------------------------------------------
+def test_a_file_name_with_a_newline_is_shown_whole_on_one_line(bpe, tmp_path):
+    assert_clean_error(bpe("count", "--store", "s", "no\nsuch.txt"), "no\\nsuch.txt: no such file")
+
+
+@pytest.mark.parametrize("size", ["0.1", "0.5B", "0.0001K"])
+def test_a_budget_below_one_byte_is_refused(bpe, tmp_path, size):
+    (tmp_path / "a.txt").write_bytes(TEXT)
+    res = bpe("count", "--store", "s", "--max-memory", size, "a.txt")
+    assert res.returncode == 2 and b"less than one byte" in res.stderr
+    assert not (tmp_path / "s").exists()
+
+
+def test_a_count_refused_for_its_regex_pattern_leaves_no_store(bpe, tmp_path):
+    (tmp_path / "a.txt").write_bytes(b"words and spaces")
+    res = bpe("count", "--store", "s", "--pretokenizer", r"regex:\w+", "a.txt")
+    assert_clean_error(res, "does not match the text")
+    assert not (tmp_path / "s").exists()
+    ok(bpe("count", "--store", "kept", "a.txt"))  # an existing store is never removed
+    assert_clean_error(bpe("count", "--store", "kept", "--pretokenizer", r"regex:\w+", "a.txt"))
+    assert (tmp_path / "kept").is_dir()
+
+
+def test_train_with_an_empty_output_is_refused_before_the_work(bpe, tmp_path):
+    (tmp_path / "a.txt").write_bytes(TEXT)
+    ok(bpe("count", "--store", "s", "a.txt"))
+    res = bpe("train", "--store", "s", "--vocab-size", 300, "-o", "")
+    assert res.returncode == 2 and b"-o '' names no file" in res.stderr
+    assert H.snapshot(tmp_path / "s")["checkpoint"] is None  # refused before any merge
+
+
+@pytest.mark.parametrize("args", [["count", "--help"], ["--help"], ["train", "--help"]])
+def test_help_into_a_pipe_closed_early_exits_0(tmp_path, args):
+    import subprocess
+    import sys
+
+    cmd = H.Cmd(*args)
+    shell = subprocess.run(["bash", "-c", 'set -o pipefail; "$@" | head -c 10 >/dev/null', "_", *cmd.argv],
+                           env=cmd.env, cwd=tmp_path, capture_output=True, timeout=H.HANG_TIMEOUT)
+    assert shell.returncode == 0 and shell.stderr == b"", (shell, sys.executable)
