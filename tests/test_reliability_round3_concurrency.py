@@ -8,6 +8,8 @@ The library test interleaves two ``Checkpointer`` objects the same way, in one p
 
 from __future__ import annotations
 
+import shutil
+
 import pytest
 import reliability_helpers as H
 from conftest import ok
@@ -45,18 +47,27 @@ def test_interleaved_checkpointers_leave_one_runs_checkpoint_whole(tmp_path, sec
 
 
 def test_two_trains_at_once_then_resume(tmp_path, corpus_files):
+    """A pauses right after its first checkpoint (50 merges); B, with other settings (other
+    counts, checkpoints of 70), trains to its end; then A goes on.  A's later saves found B's
+    chunks under their head: ``--resume`` said the checkpoint was damaged (or, had the counts
+    agreed, took a mix of both runs).  Now the checkpoint is A's, whole: the one a clean run
+    of A leaves, and ``--resume`` continues it to the clean result."""
     ok(H.run(Cmd("count", "--store", "s", "--special-token", H.EOT, *list(corpus_files)[:2]), tmp_path))
+    shutil.copytree(tmp_path / "s", tmp_path / "alone")
+    train = ("train", "--vocab-size", 700, "--checkpoint-seconds", 1e9)
+    a_args = (*train, "--checkpoint-every", 50)
+    ok(H.run(Cmd(*a_args, "--store", "alone", "-o", "alone.json"), tmp_path))
     pause = H.Pause(tmp_path, "checkpoint:1", "a")
-    train = ("train", "--store", "s", "--vocab-size", 700, "--checkpoint-every", 50, "--checkpoint-seconds", 1e9)
-    proc = H.start(Cmd(*train, "-o", "a.json", knobs=H.pause_knob(pause)), tmp_path)
+    proc = H.start(Cmd(*a_args, "--store", "s", "-o", "a.json", knobs=H.pause_knob(pause)), tmp_path)
     try:
         pause.wait(proc)
-        ok(H.run(Cmd(*train, "-o", "b.json", "--tie-break", "min-bytes"), tmp_path))  # B: other merges
+        ok(H.run(Cmd(*train, "--store", "s", "--checkpoint-every", 70, "--min-word-count", 3, "-o", "b.json"), tmp_path))
         pause.release()
         assert proc.wait(timeout=H.HANG_TIMEOUT) == 0
     finally:
         H.kill_group(proc)
+    assert H.snapshot(tmp_path / "s")["checkpoint"] == H.snapshot(tmp_path / "alone")["checkpoint"]
     res = ok(H.run(Cmd("train", "--store", "s", "--vocab-size", 800, "--resume", "-o", "c.json"), tmp_path))
     assert b"resuming after" in res.stderr and b"damaged" not in res.stderr
-    ok(H.run(Cmd("train", "--store", "s", "--vocab-size", 800, "-o", "d.json"), tmp_path))
+    ok(H.run(Cmd("train", "--store", "alone", "--vocab-size", 800, "-o", "d.json"), tmp_path))
     assert (tmp_path / "c.json").read_bytes() == (tmp_path / "d.json").read_bytes()

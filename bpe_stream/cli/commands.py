@@ -161,13 +161,16 @@ def _new_store_removed_on_error(path: str):
     """A store this count creates is removed again when the count is refused before its first
     batch (a ``regex:`` pattern that does not cover the text is known only from the text): a
     refused count leaves no directory behind.  Only LMDB's files and the claims file are
-    removed, and the directory only when that empties it."""
+    removed, and the directory only when that empties it.  (Only for a refusal of the settings:
+    a count interrupted or failed otherwise keeps its store, as it always did.)"""
     import os
+
+    from ..pretok.pretokenize import PretokenizeError
 
     existed = os.path.exists(path)
     try:
         yield
-    except Exception:
+    except PretokenizeError:
         if not existed:
             from ..store.lmdb_store import Store
 
