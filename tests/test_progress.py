@@ -289,7 +289,7 @@ def test_an_error_is_never_glued_to_the_bar(trained):
     (trained / "bad.txt").write_bytes(TEXT_A + b"\xff" + TEXT_B)
     code, screen = under_terminal(trained, "encode", "-t", "tok.json", "-o", "ids", "--strict-utf8", "bad.txt")
     assert code == 1
-    assert "%|" in screen and _alone(screen, "Error: invalid UTF-8"), screen
+    assert "%|" in screen and _alone(screen, "Error: bad.txt: invalid UTF-8"), screen
     assert screen.endswith("drop --strict-utf8 to keep such bytes as they are\r\n")
 
 

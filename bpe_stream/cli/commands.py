@@ -140,7 +140,7 @@ def count(
         given = {"pretokenizer": pretokenizer, "special_tokens": special_token or None, "end_of_word": end_of_word,
                  "max_token_bytes": max_token_bytes}
         resolve_settings(given)  # bad settings are refused before a new store is created for them
-        with Store.open(store_path(store), create=True) as st:
+        with _new_store_removed_on_error(store_path(store)), Store.open(store_path(store), create=True) as st:
             settings = resolve_settings(given, st.settings())
             before = st.totals()
             n_workers = workers or default_workers()
@@ -156,6 +156,42 @@ def count(
                     on_bytes=bar.update, on_message=bar.write, on_total=bar.set_total,
                 )
             say(quiet, summary.line())
+
+
+@contextmanager
+def _new_store_removed_on_error(path: str):
+    """A store this count creates is removed again when the count is refused before its first
+    batch (a ``regex:`` pattern that does not cover the text is known only from the text): a
+    refused count leaves no directory behind.  Only LMDB's files and the claims file are
+    removed, and the directory only when that empties it.  (Only for a refusal of the settings:
+    a count interrupted or failed otherwise keeps its store, as it always did.)"""
+    import os
+
+    from ..pretok.pretokenize import PretokenizeError
+
+    existed = os.path.exists(path)
+    try:
+        yield
+    except PretokenizeError:
+        if not existed:
+            from ..store.lmdb_store import Store
+
+            try:
+                with Store.open(path, readonly=True) as st:
+                    empty = st.settings() is None
+            except Exception:  # noqa: BLE001 - no store there (or none readable): nothing committed
+                empty = True
+            if empty:
+                for name in ("data.mdb", "lock.mdb", "claims.lock"):
+                    try:
+                        os.unlink(os.path.join(path, name))
+                    except OSError:
+                        pass
+                try:
+                    os.rmdir(path)
+                except OSError:
+                    pass
+        raise
 
 
 # -- train -------------------------------------------------------------------------
@@ -270,6 +306,8 @@ def _check_output_arg(output: Optional[str]) -> None:
     """The error for an ``-o`` that cannot be written (or a closed stdout), before the work."""
     if output is None or output == "-":
         stdout_binary()
+    elif output == "":
+        raise typer.BadParameter("-o '' names no file; give a path, or '-' for stdout")
     else:
         check_output(output)
 
@@ -636,6 +674,14 @@ def main():
     gc.freeze()
     try:
         app_for(sys.argv[1:])(prog_name="bpe-stream")
+    except SystemExit as exc:
+        # rich (typer's help) and click turn a reader that went away (``--help | head -c 10``:
+        # EPIPE) into exit 1; as for any command's output (``common.user_errors``), a closed
+        # pipe ends quietly with status 0.
+        if exc.code == 1 and (isinstance(exc.__context__, BrokenPipeError)
+                              or type(sys.stdout).__name__ == "PacifyFlushWrapper"):
+            raise SystemExit(0) from None
+        raise
     finally:
         # Whatever is alive now lives until the process ends: frozen, it is out of the sight
         # of the garbage collections the interpreter runs as it shuts down, which otherwise

@@ -44,6 +44,8 @@ TokOpt = typer.Option(..., "--tokenizer", "-t", help="Tokenizer file (or GPT-2 v
 
 
 def fail(message: str) -> None:
+    # One line, whatever it quotes: a file name may hold a newline ('no<newline>such.txt')
+    message = message.replace("\r", "\\r").replace("\n", "\\n")
     typer.echo(f"Error: {message}", err=True)
     raise typer.Exit(1)
 
@@ -61,7 +63,7 @@ def user_errors():
         typer.echo("interrupted", err=True)
         raise typer.Exit(130) from None
     except UserError as exc:
-        fail(_first_line(exc))
+        fail(str(exc) or type(exc).__name__)  # (its file names' newlines shown as \n: ``fail``)
     except BrokenPipeError:
         try:
             sys.stdout = None  # the reader went away (`| head`); nothing more to say
@@ -109,11 +111,20 @@ def parse_size(text: str) -> int:
         raise typer.BadParameter(f"{text!r} is not a size; write a finite number, e.g. 512M or 2G")
     if value <= 0:
         raise typer.BadParameter(f"{text!r}: a size must be positive")
+    if int(value * units[unit]) < 1:  # 0.1 is not a budget of 0 bytes
+        raise typer.BadParameter(f"{text!r} is less than one byte; write e.g. 512M or 2G")
     return int(value * units[unit])
 
 
 def store_path(store: Optional[str]) -> str:
-    return store or os.environ.get("BPE_STREAM_STORE") or "bpe-store"
+    path = store or os.environ.get("BPE_STREAM_STORE") or "bpe-store"
+    try:
+        os.stat(path)
+    except PermissionError as exc:  # a directory above it cannot be entered: say so, not "no store at"
+        raise PermissionError(exc.errno, exc.strerror, path) from None
+    except OSError:
+        pass
+    return path
 
 
 def progress_bar(quiet: bool, desc: str = "", unit: str = "bytes", total=None, *, every=None, style: str = "text",

@@ -67,7 +67,8 @@ from ..pretok.settings import (  # noqa: F401 - the settings' functions, also by
 )
 from ..inputs.reader import CHUNK_BYTES, InputError, Source, decode_chunks, from_bytes, invalid_utf8_message, to_bytes
 from ..pretok.scan import NATIVE_PATTERNS, first_invalid_utf8
-from .seen_files import Claims, FilePlan, HashedBeside, RangeCheck, SameBytes, feed, plan_files, range_hasher
+from .seen_files import (Claims, FilePlan, HashedBeside, RangeCheck, Refused, SameBytes, feed, plan_files, range_hasher,
+                         what_stays)
 from ..store.lmdb_store import SortedCounts, Store, StoreError
 from ..inputs.streaming import Spooled, Window, file_ranges, remove_own_spools, text_pieces
 
@@ -406,9 +407,15 @@ def count_parquet_group(path: str, group: int, first_row: int, column: str, sett
                         skip_bad: bool, name: Optional[str] = None) -> PartialCounts:
     """The counting unit of one Parquet row group: each row's ``column`` one document
     (``name``: the file as messages call it, ``path`` by default)."""
-    from ..inputs.documents import parquet_documents
+    from ..inputs.documents import hash_documents, parquet_documents, prefix_hasher
 
-    return _count_documents(parquet_documents(path, group, first_row, column, strict_utf8, skip_bad, name), settings)
+    # The row group's digest goes with its counts: the file's record chains it (issue 39: a
+    # stopped count resumes while the row groups it committed are unchanged).
+    hasher = prefix_hasher()
+    docs = hash_documents(parquet_documents(path, group, first_row, column, strict_utf8, skip_bad, name), hasher)
+    partial = _count_documents(docs, settings)
+    partial.digest = hasher.digest()
+    return partial
 
 
 @dataclass
@@ -623,6 +630,7 @@ class Part(NamedTuple):
     form: object = None  # (documents.InputForm)
     raw: int = 0
     hasher: object = None
+    prefix: object = None  # the digest of what a document source's counts cover so far (seen_files)
 
 
 @dataclass
@@ -669,11 +677,14 @@ class _Count:
         self.claims = Claims(self.store.path)
         self._start_runner(sources)
         given_names = {os.path.abspath(s.name): s.name for s in sources if not s.is_stdin}
+        source = None
         try:
             for source in sources:
                 self._count_source(source)
             self._take_all(self.window.drain())
             self.flush()
+        except InputError as exc:
+            raise self._named(exc, source) from None
         except OSError as exc:  # a worker's read of a file: named as the user named it, not by its absolute path
             if isinstance(exc.filename, str) and exc.filename in given_names:
                 exc.filename = given_names[exc.filename]
@@ -682,6 +693,17 @@ class _Count:
             self._close()
         self.summary.seconds = time.monotonic() - self.started
         return self.summary
+
+    def _named(self, exc: InputError, source: Optional[Source]) -> InputError:
+        """Issue 39: a failed count names its file (a worker's task's, from the part it carried,
+        or the file read here) and says what the store keeps of it (``seen_files.what_stays``)."""
+        from ..inputs.documents import MissingExtra
+
+        part = getattr(exc, "task_meta", None)
+        failed = source if part is None else (part.plan.source if part.plan is not None else None)
+        if isinstance(exc, (Refused, MissingExtra)) or failed is None or failed.is_stdin:
+            return exc
+        return exc.naming(failed.name, what_stays(self.store, failed))
 
     def _start_runner(self, sources: List[Source]) -> None:
         if self.runner is None:
@@ -784,9 +806,10 @@ class _Count:
         raw_before = 0
         start = plan.start if plan is not None else 0
         pieces = count_pieces(source, source.form, start, self.settings, self.options.strict_utf8,
-                              self.options.skip_bad_records, self.range_bytes, hasher, self.spool_dir)
+                              self.options.skip_bad_records, self.range_bytes, hasher, self.spool_dir,
+                              plan.prefix if plan is not None else None)
         for piece in pieces:
-            part = Part(plan, 0, piece.end, piece.last, source.form, piece.raw - raw_before, hasher)
+            part = Part(plan, 0, piece.end, piece.last, source.form, piece.raw - raw_before, hasher, piece.prefix)
             raw_before = piece.raw
             self._take_all(self.window.submit(piece.fn, piece.args, part))
 
@@ -820,7 +843,10 @@ class _Count:
             self.batch.totals["documents"] += 1  # the decompressed text: one document (none if empty, as a plain file)
         if part.plan is not None:
             digest = part.hasher.digest() if part.last else None
-            self._record(part.plan, part.plan.record_document(part.end, part.last, digest), part.last)
+            # (with the digest of what the counts cover: a Parquet row group's comes from its worker)
+            group = partial.digest if part.form.records == "parquet" else None
+            self._record(part.plan, part.plan.record_document(part.end, part.last, digest, part.prefix, group),
+                         part.last)
         self._flush_if_full()
 
     def _check_counted(self, part: Part, partial: PartialCounts, in_batch: bool,
@@ -837,10 +863,12 @@ class _Count:
             self.batch = _Batch(self.compact_entries)  # what was committed before stays
         else:
             self.flush()  # what was counted before stays
-        raise InputError(
+        changed = InputError(
             f"{plan.source.name} changed while it was being counted (bytes {part.start:,} to {part.end:,}); "
             "run the same command again once nothing writes to it"
         )
+        changed.task_meta = part  # (whose: the file of this result, not the one being read)
+        raise changed
 
     def _record(self, plan: FilePlan, record, last: bool) -> None:
         self.batch.sources[plan.source.key] = record

@@ -337,6 +337,9 @@ class FilePlan:
     skip: Optional[str] = None  # why it is not counted (said on stderr)
     refresh: bool = False  # skipped, but its record's identity is brought up to date
     message: Optional[str] = None  # said when it is counted
+    # A file read as documents: the prefix digest of what its counts cover so far
+    # (``documents.prefix_hasher``; for Parquet the chain the workers' row group digests extend)
+    prefix: Optional[bytes] = None
 
     def begin(self) -> None:
         """Before the file's first range: the digest of bytes [0, start) is at hand."""
@@ -350,13 +353,24 @@ class FilePlan:
             self.digest = self.record = None
         return record
 
-    def record_document(self, end: int, done: bool, digest: Optional[bytes]) -> dict:
+    def record_document(self, end: int, done: bool, digest: Optional[bytes], prefix: Optional[bytes] = None,
+                        group_digest: Optional[bytes] = None) -> dict:
         """The record of a file read as documents (``Source.form``) once its counts reach
         ``end`` (uncompressed offset, or row groups); ``digest``: of the whole file's bytes,
-        known once it was read to its end."""
+        known once it was read to its end.  Until then it keeps ``prefix``, the digest of what
+        its counts cover (``documents.prefix_digest``): ``prefix`` as the piece's end has it,
+        or for Parquet the chain extended by the row group's ``group_digest``."""
+        from ..inputs.documents import chain_group
+
+        if group_digest is not None:
+            self.prefix = chain_group(self.prefix or b"", group_digest)
+        elif prefix is not None:
+            self.prefix = prefix
         record = dict(self.source.identity(), offset=end, done=done, form=self.source.form.label)
         if done and digest is not None:
             record["digest"] = digest
+        elif not done and self.prefix is not None:
+            record["prefix"] = self.prefix
         return record
 
     def settle(self, store: Store) -> None:
@@ -471,10 +485,11 @@ def _decide_document(source: Source, key: Optional[bytes], record: Optional[dict
         plan.skip = f"skipped {name}: already counted (use --recount to count it again)"
         plan.record = None
         return plan
+    where = f"row group {offset:,}" if source.form.records == "parquet" else f"uncompressed byte {offset:,}"
+    prefix = record.get("prefix") if isinstance(record.get("prefix"), bytes) else None
     if same:
-        plan.start = offset
+        plan.start, plan.prefix = offset, prefix
         if offset:
-            where = f"row group {offset:,}" if source.form.records == "parquet" else f"uncompressed byte {offset:,}"
             plan.message = f"resuming {name} at {where}" + (
                 " (decompressing it from its start up to there)" if source.form.compression else "")
         return plan
@@ -483,6 +498,20 @@ def _decide_document(source: Source, key: Optional[bytes], record: Optional[dict
         plan.skip = f"skipped {name}: already counted (its content is unchanged)"
         plan.refresh = True
         return plan
+    if not done and offset and prefix is not None:
+        # A count that stopped part-way (killed, or failed: a download cut short, a bad record):
+        # it resumes when what its committed counts cover is still there, unchanged.
+        from ..inputs.documents import prefix_digest
+
+        if prefix_digest(source, source.form, offset) == prefix:
+            plan.start, plan.prefix = offset, prefix
+            plan.message = (f"resuming {name} at {where}: it changed since its count stopped, but not in what its "
+                            "committed counts cover")
+            return plan
+        raise Refused(
+            f"{name} changed since its count stopped, and so did what its committed counts cover (up to {where}); "
+            "pass --recount to count it again on top of those counts, or count it into a new store"
+        )
     raise Refused(
         f"{name} changed since it was counted into this store ({label} files are counted whole: growth "
         "cannot be told from an edit); pass --recount to count it again on top of its old counts, or count "
@@ -525,6 +554,28 @@ def _same_file(source: Source, key: bytes, record: dict) -> bool:
     if not isinstance(record.get("digest"), bytes) or offset > source.size:
         return False
     return _prefix_digest(source.name, offset, offset)[0] == record["digest"]
+
+
+def what_stays(store: Store, source: Source) -> str:
+    """What the store keeps of ``source`` after its count failed, and what a rerun does: said
+    with the error (the committed batches stay; a rerun resumes from them while what they
+    cover is unchanged)."""
+    with store.reader() as txn:
+        record = store.source(txn, source.key)
+    if not isinstance(record, dict) or (not record.get("done") and not record.get("offset")):
+        return "nothing of it was committed to the store"
+    if record.get("done"):
+        return "the store keeps its earlier count, whole; this run committed nothing of it"
+    offset, form = record["offset"], source.form
+    if form is None:
+        where = f"its first {offset:,} bytes"
+    elif form.records == "parquet":
+        where = f"its first {offset:,} row group{'s' if offset != 1 else ''}"
+    else:
+        where = (f"its first {offset:,} {'uncompressed ' if form.compression else ''}bytes"
+                 + (" (whole lines)" if form.records == "jsonl" else ""))
+    return (f"the store keeps the counts of {where}: the same command resumes there once the rest is fixed "
+            "or complete, as long as that part is unchanged (any other change is refused)")
 
 
 def plan_files(store: Store, sources: List[Source], settings: dict, recount: bool = False) -> List[FilePlan]:

@@ -187,21 +187,23 @@ def encode_sources(encoder: ParallelEncoder, out: BinaryIO, sources, fmt: str, *
     in ``u16``/``u32``, each document followed by ``append``.  ``on_bytes``: the input bytes
     read (compressed bytes for a compressed file).  Returns (ids, documents, bad records skipped, the documents' bytes)."""
     from ..inputs.documents import iter_documents
+    from ..inputs.reader import naming
     from ..progress import CountingReader
 
     tokens = documents = text_bytes = 0
     skipped: List[int] = []
     for source in sources:
-        if source.form is None:
-            with source.reading() as stream:
-                doc = CountingReader(stream, on_bytes)
+        with naming(source.name):  # (an error of the bytes, --strict-utf8's, names their file)
+            if source.form is None:
+                with source.reading() as stream:
+                    doc = CountingReader(stream, on_bytes)
+                    tokens += encoder.write(out, doc, fmt, strict=strict, append=append)
+                documents, text_bytes = documents + 1, text_bytes + doc.bytes
+                continue
+            for stream in iter_documents(source, source.form, strict, skip_bad, on_bytes, skipped):
+                doc = CountingReader(stream, lambda n: None)
                 tokens += encoder.write(out, doc, fmt, strict=strict, append=append)
-            documents, text_bytes = documents + 1, text_bytes + doc.bytes
-            continue
-        for stream in iter_documents(source, source.form, strict, skip_bad, on_bytes, skipped):
-            doc = CountingReader(stream, lambda n: None)
-            tokens += encoder.write(out, doc, fmt, strict=strict, append=append)
-            documents, text_bytes = documents + 1, text_bytes + doc.bytes
+                documents, text_bytes = documents + 1, text_bytes + doc.bytes
     return tokens, documents, len(skipped), text_bytes
 
 

@@ -44,6 +44,41 @@ class TokenizerError(UserError, ValueError):
     """A tokenizer that is inconsistent, or input it cannot encode or decode."""
 
 
+# -- the library's arguments: the types it takes, named when wrong (as HF ``tokenizers`` does) --
+def _type(value) -> str:
+    return "None" if value is None else type(value).__name__
+
+
+def text_list(value, name: str) -> List[str]:
+    """A list of texts given as ``name`` (special tokens): str items, or bytes of UTF-8 text.
+    One str where a list is meant is a TypeError, not its characters one by one."""
+    if value is None:
+        return []
+    if isinstance(value, (str, bytes, bytearray)):
+        raise TypeError(f"{name} takes a list of str, not one {_type(value)}: pass [{value!r}]")
+    try:
+        items = list(value)
+    except TypeError:
+        raise TypeError(f"{name} takes a list of str, not {_type(value)}") from None
+    out = []
+    for item in items:
+        if isinstance(item, (bytes, bytearray)):
+            try:
+                item = bytes(item).decode("utf-8")
+            except UnicodeDecodeError:
+                raise ValueError(f"{name}: {bytes(item)!r} is not UTF-8 text") from None
+        if not isinstance(item, str):
+            raise TypeError(f"{name} takes a list of str, not a list holding {_type(item)}")
+        out.append(item)
+    return out
+
+
+def check_pretokenizer(value) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"pretokenizer takes a name (str: 'gpt2', 'cl100k', 'regex:...'), not {_type(value)}")
+    return value
+
+
 def _utf8(text: str) -> bytes:
     try:
         return text.encode("utf-8")
@@ -79,6 +114,9 @@ class Tokenizer:
         tie_break: Optional[str] = None,
         max_token_bytes: Optional[int] = None,
     ):
+        if not isinstance(vocab, dict):
+            raise TypeError(f"vocab takes a dict of id -> bytes, not {_type(vocab)}")
+        check_pretokenizer(pretokenizer)
         self.vocab = dict(vocab)
         self.merges = list(map(tuple, merges))
         self.symbols = [tuple(s) for s in symbols]
@@ -228,6 +266,10 @@ class Tokenizer:
         ...     Tokenizer.load(os.path.join(d, "tok.json")).encode("abc<|end|>")
         [256, 99, 258]
         """
+        import os
+
+        if not isinstance(path, (str, os.PathLike)):
+            raise TypeError(f"Tokenizer.load takes a path (str or os.PathLike), not {_type(path)}")
         from ..formats import load_any
 
         return load_any(path)
@@ -262,7 +304,14 @@ class Tokenizer:
         """
         from ..formats.vocab_merges import from_vocab_merges
 
-        return from_vocab_merges(vocab, merges, special_tokens, pretokenizer)
+        if not isinstance(vocab, dict):
+            raise TypeError(f"vocab takes a dict of id -> bytes (what train_bpe returns), not {_type(vocab)}")
+        if isinstance(merges, (str, bytes)) or not all(
+                isinstance(m, (tuple, list)) and len(m) == 2 and all(isinstance(x, (bytes, bytearray)) for x in m)
+                for m in merges):
+            raise TypeError("merges takes a list of (bytes, bytes) pairs (what train_bpe returns)")
+        specials = None if special_tokens is None else text_list(special_tokens, "special_tokens")
+        return from_vocab_merges(vocab, merges, specials, check_pretokenizer(pretokenizer))
 
     def to_vocab_merges(self) -> Tuple[Dict[int, bytes], List[Tuple[bytes, bytes]]]:
         """``(vocab, merges)`` in ``train_bpe``'s shape (see :meth:`from_vocab_merges`)."""
@@ -284,6 +333,9 @@ class Tokenizer:
         >>> tok.encode("abc ab<|end|>")
         [256, 99, 32, 256, 258]
         """
+        if not isinstance(text, str):
+            hint = "; use encode_bytes for bytes" if isinstance(text, (bytes, bytearray)) else ""
+            raise TypeError(f"encode takes text (str), not {_type(text)}{hint}")
         return self._document(self._encode_text_bytes(text))
 
     def encode_bytes(self, data: bytes) -> List[int]:
@@ -460,7 +512,7 @@ class Tokenizer:
         >>> tok.decode_bytes([228])  # the first byte of a 3-byte character, alone
         b'\\xe4'
         """
-        return b"".join(self._decode_chunks([list(ids)]))
+        return b"".join(self._decode_chunks([_id_list(ids)]))
 
     def decode(self, ids: Iterable[int]) -> str:
         """:meth:`decode_bytes` as text; bytes that are not UTF-8 become U+FFFD.
@@ -526,6 +578,22 @@ class Tokenizer:
                     out.append(data)
             if out:
                 yield b"".join(out)
+
+
+def _id_list(ids) -> List[int]:
+    """``ids`` as a list of ints: a sequence of ids (numpy's integers too), never a str."""
+    if isinstance(ids, (str, bytes, bytearray)) or not hasattr(ids, "__iter__"):
+        raise TypeError(f"decode takes a sequence of ids (int), not {_type(ids)}")
+    ids = list(ids)
+    if not all(type(i) is int for i in ids):
+        from operator import index
+
+        try:
+            ids = [index(i) for i in ids]  # numpy.int64 and kin
+        except TypeError:
+            bad = next(i for i in ids if not hasattr(i, "__index__"))
+            raise TypeError(f"decode takes ids (int), not {_type(bad)} ({bad!r})") from None
+    return ids
 
 
 def _ids(data: bytes) -> List[int]:

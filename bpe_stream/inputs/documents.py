@@ -26,6 +26,7 @@ with ``skip_bad``, counted in ``PartialCounts.skipped``.
 from __future__ import annotations
 
 import bz2
+import hashlib
 import json
 import lzma
 import os
@@ -45,8 +46,12 @@ RECORD_EXTENSIONS = {".jsonl": "jsonl", ".json": "jsonl", ".parquet": "parquet"}
 # level digit + a block or end-of-stream marker), since "BZh" alone could begin a text.
 _MAGIC = {"gzip": b"\x1f\x8b", "zstd": b"\x28\xb5\x2f\xfd", "xz": b"\xfd7zXZ\x00", "bz2": b"BZh"}
 _BZ2_MARKS = (b"1AY&SY", b"\x17rE8P\x90")
+# A zstd stream may also start with a skippable frame (magic 0x184D2A50 to 0x184D2A5F, little-endian:
+# what ``pzstd`` writes first), which ``zstd -d`` skips; so does the decompressor here.
+_ZSTD_SKIPPABLE = range(0x184D2A50, 0x184D2A60)
 _PARQUET_MAGIC = b"PAR1"
 EXTRAS = {"zstd": ("zstandard", "zstd"), "parquet": ("pyarrow", "parquet")}
+PREFIX_DIGEST_SIZE = 20
 
 
 class MissingExtra(InputError):
@@ -94,9 +99,17 @@ class InputForm:
         return "+".join(parts) + (f":{self.field}" if self.records != "text" else "")
 
 
+def _starts_as(head: bytes, compression: str) -> bool:
+    """Whether ``head`` can begin a ``compression`` stream: its magic number (zstd's: a frame's or
+    a skippable frame's)."""
+    if compression == "zstd" and len(head) >= 4 and int.from_bytes(head[:4], "little") in _ZSTD_SKIPPABLE:
+        return True
+    return head.startswith(_MAGIC[compression])
+
+
 def _sniff(head: bytes) -> Optional[str]:
-    for name, magic in _MAGIC.items():
-        if head.startswith(magic) and (name != "bz2" or (len(head) >= 10 and head[3:4] in b"123456789"
+    for name in _MAGIC:
+        if _starts_as(head, name) and (name != "bz2" or (len(head) >= 10 and head[3:4] in b"123456789"
                                                          and head[4:10] in _BZ2_MARKS)):
             return name
     return None
@@ -136,7 +149,7 @@ def form_of(source: Source, input_format: str = "auto", field: str = "text", col
         if records == "parquet":
             raise InputError(f"{source.name}: a Parquet file compresses its own pages; name it without "
                              f"{_EXTENSION[compression]}, uncompressed")
-        if not head.startswith(_MAGIC[compression]):
+        if not _starts_as(head, compression):
             raise InputError(
                 f"{source.name} is named {_EXTENSION[compression]} but its first bytes are not {compression}'s "
                 f"({_looks(head)}); rename it to what it is"
@@ -311,18 +324,82 @@ def stdin_form(source: Source, form: InputForm) -> InputForm:
     return InputForm(compression, form.records, form.field)
 
 
-def skip_to(stream: BinaryIO, n: int, name: str) -> int:
-    """Reads and drops the first ``n`` uncompressed bytes (a resumed file); returns how many
-    newlines they held (the line number of a JSON Lines file resumed there)."""
+def skip_to(stream: BinaryIO, n: int, name: str, prefix=None) -> int:
+    """Reads and drops the first ``n`` uncompressed bytes (a resumed file), fed to ``prefix``
+    (a hasher) when given; returns how many newlines they held (the line number of a JSON
+    Lines file resumed there)."""
     lines, offset = 0, n
     while n > 0:
         block = stream.read(min(CHUNK_BYTES, n))
         if not block:
             raise InputError(f"{name} ends before uncompressed byte {offset:,}, where its committed counts reach: "
                              "it changed since it was counted; pass --recount")
+        if prefix is not None:
+            prefix.update(block)
         lines += block.count(b"\n")
         n -= len(block)
     return lines
+
+
+# -- the committed prefix of a file read as documents --------------------------------------
+# A file read as documents keeps in its record, while it is not counted to its end, a digest
+# of what its committed counts cover (``prefix``): the BLAKE2b of its first ``offset``
+# uncompressed bytes (text and JSON Lines: a cut or a line's end), or for Parquet a chain over
+# its first row groups' documents.  A rerun of a count that stopped -- killed, or failed at a
+# damaged stream, a cut-short download, a bad record -- resumes there whenever that part is
+# unchanged, whatever happened to the rest (completed, fixed); any other change is refused.
+def prefix_hasher():
+    return hashlib.blake2b(digest_size=PREFIX_DIGEST_SIZE)
+
+
+def chain_group(prefix: bytes, group_digest: bytes) -> bytes:
+    """The Parquet prefix digest after one more row group (``group_digest``: :func:`hash_documents`')."""
+    return hashlib.blake2b(prefix + group_digest, digest_size=PREFIX_DIGEST_SIZE).digest()
+
+
+def hash_documents(docs: Iterator[Tuple[Optional[bytes], int]], hasher) -> Iterator[Tuple[Optional[bytes], int]]:
+    """``docs`` as they are, each fed to ``hasher`` (a row group's digest: nulls and documents,
+    each document length-prefixed)."""
+    for doc, at in docs:
+        hasher.update(b"\x00" if doc is None else b"\x01" + len(doc).to_bytes(8, "little") + doc)
+        yield doc, at
+
+
+def parquet_group_digest(path: str, group: int, column: str) -> bytes:
+    """What :func:`hash_documents` gives for one row group of a Parquet file, as a counting
+    worker computes it."""
+    hasher = prefix_hasher()
+    for _ in hash_documents(parquet_documents(path, group, 0, column, False, True), hasher):
+        pass
+    return hasher.digest()
+
+
+def prefix_digest(source: Source, form: InputForm, end: int) -> Optional[bytes]:
+    """The prefix digest of ``source`` as it is now up to ``end`` (uncompressed bytes, or row
+    groups), or None when it has no such prefix (shorter, damaged before it, another column)."""
+    try:
+        if form.records == "parquet":
+            if end > len(parquet_row_groups(source.name)):
+                return None
+            prefix = b""
+            for g in range(end):
+                prefix = chain_group(prefix, parquet_group_digest(source.name, g, form.field))
+            return prefix
+        raw, stream, _ = open_stream(source, form)
+        try:
+            hasher = prefix_hasher()
+            skip_to(stream, end, source.name, hasher)
+            return hasher.digest()
+        finally:
+            raw.f.close()
+    except InputError:
+        return None
+
+
+def _hash_spooled(spooled: Spooled, hasher) -> None:
+    with open(spooled.path, "rb") as f:
+        for block in iter(lambda: f.read(CHUNK_BYTES), b""):
+            hasher.update(block)
 
 
 # -- records ------------------------------------------------------------------------------
@@ -332,11 +409,26 @@ def _type_name(value) -> str:
 
 
 def record_text(line: bytes, field: str, strict: bool) -> Tuple[Optional[bytes], Optional[str]]:
-    """(the bytes of the document a JSON Lines line holds, None) or (None, what is wrong with it)."""
+    """(the bytes of the document a JSON Lines line holds, None) or (None, what is wrong with it).
+
+    The line is decoded as UTF-8 first: ``json.loads`` of bytes would take a line of UTF-16 or
+    UTF-32 as well, which a JSON Lines file is not (each line is UTF-8).  A string's escapes
+    ``\\udc80``-``\\udcff`` are the bytes 0x80-0xff (Python's ``surrogateescape``: what
+    ``json.dumps`` writes for bytes that are not UTF-8 read that way), kept exactly as a plain
+    file keeps them; every other lone surrogate escape (``\\ud800``, ``\\udc7f``...) stands for
+    no byte and makes the record bad."""
+    if b"\x00" in line:  # (never in a UTF-8 JSON line: raw control characters are not JSON)
+        return None, "not UTF-8 JSON (it holds NUL bytes: UTF-16 or UTF-32?); convert the file to UTF-8"
     try:
-        value = json.loads(line)
+        doc = line.decode("utf-8")
     except UnicodeDecodeError:
         return None, "not UTF-8"
+    if doc.startswith("\ufeff"):  # a byte order mark before a file's first record
+        doc = doc[1:]
+    try:
+        value = json.loads(doc)
+    except RecursionError:
+        return None, "JSON nested too deeply to be read"
     except ValueError as exc:
         return None, f"not JSON ({exc.msg} at column {exc.colno})" if hasattr(exc, "msg") else "not JSON"
     if not isinstance(value, dict):
@@ -348,8 +440,9 @@ def record_text(line: bytes, field: str, strict: bool) -> Tuple[Optional[bytes],
         return None, f"field {field!r} is {_type_name(text)}, not a string"
     try:
         data = text.encode("utf-8", "surrogateescape")
-    except UnicodeEncodeError:
-        return None, f"field {field!r} holds a lone surrogate escape (\\ud800-\\udfff), not text"
+    except UnicodeEncodeError as exc:
+        return None, (f"field {field!r} holds a lone surrogate escape, \\u{ord(text[exc.start]):04x}, which stands "
+                      "for no byte (of the lone surrogates only \\udc80-\\udcff are read, as the bytes 0x80-0xff)")
     if strict:
         bad = first_invalid_utf8(data)
         if bad >= 0:
@@ -408,20 +501,27 @@ def parquet_documents(path: str, group: int, first_row: int, column: str, strict
         raise InputError(f"{shown}: row group {group} cannot be read ({exc})") from None
     col = table.column(0)
     kind = col.type
-    if not (pa.types.is_string(kind) or pa.types.is_large_string(kind)):
+    # A dictionary-encoded string column (pandas' categorical) holds strings too.
+    values = kind.value_type if pa.types.is_dictionary(kind) else kind
+    if not (pa.types.is_string(values) or pa.types.is_large_string(values)):
         raise InputError(f"{shown}: column {column!r} holds {kind}, not strings; pass --column NAME of a text column")
+    # Read as the bytes they are: writers other than pyarrow store strings that are not UTF-8,
+    # kept exactly as a plain file's bytes are (or refused with --strict-utf8).
+    binary = pa.binary() if pa.types.is_string(values) else pa.large_binary()
     row = first_row
     for chunk in col.chunks:
+        if pa.types.is_dictionary(kind):
+            chunk = chunk.dictionary_decode()
+        chunk = chunk.view(binary)
         for start in range(0, len(chunk), 4096):
-            for value in chunk.slice(start, 4096).to_pylist():
+            for data in chunk.slice(start, 4096).to_pylist():
                 row += 1
-                if value is None:
+                if data is None:
                     if not skip_bad:
                         raise InputError(f"{shown} row {row:,}: column {column!r} is null; fix or drop that row "
                                          "(--skip-bad-records skips such rows)")
                     yield None, row
                     continue
-                data = value.encode("utf-8", "surrogateescape")
                 if strict:
                     bad = first_invalid_utf8(data)
                     if bad >= 0:
@@ -500,13 +600,16 @@ class Piece:
     end: int
     raw: int
     last: bool
+    prefix: Optional[bytes] = None  # the prefix digest up to ``end`` (text, JSON Lines; Parquet's is chained from the workers')
 
 
 def count_pieces(source: Source, form: InputForm, start: int, settings: dict, strict: bool, skip_bad: bool,
-                 piece_bytes: int, hasher=None, spool_dir: Optional[str] = None) -> Iterator[Piece]:
+                 piece_bytes: int, hasher=None, spool_dir: Optional[str] = None,
+                 expect_prefix: Optional[bytes] = None) -> Iterator[Piece]:
     """The tasks that count ``source`` from ``start`` (uncompressed offset, or row groups) on.
     ``spool_dir``: where text with no cut for twice a piece is spooled (``streaming.byte_pieces``)
-    and counted from as a file; the task removes its spool."""
+    and counted from as a file; the task removes its spool.  ``expect_prefix``: the prefix digest
+    of what comes before ``start`` in the file's record, checked on the way (text, JSON Lines)."""
     from ..count.counting import count_data_piece, count_jsonl_piece, count_parquet_group, count_spooled, pretokenizer_of
 
     if form.records == "parquet":
@@ -530,7 +633,12 @@ def count_pieces(source: Source, form: InputForm, start: int, settings: dict, st
         return
     raw, stream, form = open_stream(source, form, hasher=hasher)
     try:
-        lines = skip_to(stream, start, source.name) if start else 0
+        prefix = prefix_hasher()
+        lines = skip_to(stream, start, source.name, prefix) if start else 0
+        if start and expect_prefix is not None and prefix.digest() != expect_prefix:
+            raise InputError(f"{source.name}: its first {start:,} uncompressed bytes are not those its committed counts "
+                             "cover: it changed since it was counted; pass --recount to count it again on top of its "
+                             "old counts, or count it into a new store")
         offset = start
         if form.records == "jsonl":
             line = lines + 1
@@ -539,14 +647,17 @@ def count_pieces(source: Source, form: InputForm, start: int, settings: dict, st
                 if pending is not None:
                     yield pending
                 offset += consumed
+                prefix.update(data)
+                if consumed > len(data):  # (the line's newline, which the block leaves out)
+                    prefix.update(b"\n")
                 pending = Piece(count_jsonl_piece, (data, line, source.name, form.field, settings, strict, skip_bad),
-                                offset, raw.bytes, False)
+                                offset, raw.bytes, False, prefix.digest())
                 line += data.count(b"\n") + 1
             raw.finish()
             if not source.is_stdin:
                 _check_unchanged(source, raw.f)
             if pending is None:
-                pending = Piece(count_data_piece, (b"", settings, False, 0), offset, raw.bytes, True)
+                pending = Piece(count_data_piece, (b"", settings, False, 0), offset, raw.bytes, True, prefix.digest())
             pending.raw, pending.last = raw.bytes, True
             yield pending
             return
@@ -560,15 +671,18 @@ def count_pieces(source: Source, form: InputForm, start: int, settings: dict, st
             if pending is not None:
                 yield pending
             if isinstance(data, Spooled):
+                _hash_spooled(data, prefix)
                 args = (data.path, data.size, settings, strict, at, piece_bytes)
-                pending = Piece(count_spooled, args, at + data.size, raw.bytes, False)
+                pending = Piece(count_spooled, args, at + data.size, raw.bytes, False, prefix.digest())
             else:
-                pending = Piece(count_data_piece, (data, settings, strict, at), at + len(data), raw.bytes, False)
+                prefix.update(data)
+                pending = Piece(count_data_piece, (data, settings, strict, at), at + len(data), raw.bytes, False,
+                                prefix.digest())
         raw.finish()
         if not source.is_stdin:
             _check_unchanged(source, raw.f)
         if pending is None:
-            pending = Piece(count_data_piece, (b"", settings, strict, offset), offset, raw.bytes, True)
+            pending = Piece(count_data_piece, (b"", settings, strict, offset), offset, raw.bytes, True, prefix.digest())
         pending.raw, pending.last = raw.bytes, True
         yield pending
     finally:

@@ -26,6 +26,26 @@ STDIN = "-"
 class InputError(UserError):
     """An input that cannot be read (missing, a directory, unreadable, not UTF-8 under --strict-utf8)."""
 
+    def naming(self, name: str, then: str = "") -> "InputError":
+        """This error as one that starts with the input's name (errors raised where only bytes
+        are known -- a worker's range, a decoder -- do not say which file), followed by
+        ``then``: what a count kept of it."""
+        message = str(self)
+        if not message.startswith(name):
+            message = f"{name}: {message}"
+        error = type(self).__new__(type(self))
+        InputError.__init__(error, message + (f"; {then}" if then else ""))
+        return error
+
+
+@contextmanager
+def naming(name: str) -> Iterator[None]:
+    """``with naming(source.name):`` -- an InputError inside names the input (``InputError.naming``)."""
+    try:
+        yield
+    except InputError as exc:
+        raise exc.naming(name) from None
+
 
 def to_bytes(text: str) -> bytes:
     """The exact bytes behind text decoded by :func:`decode_chunks`."""

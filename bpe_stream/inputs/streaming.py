@@ -365,4 +365,8 @@ class Window:
 
     def _next(self) -> tuple:
         meta, handle = self.pending.popleft()
-        return meta, self.runner.result(handle)
+        try:
+            return meta, self.runner.result(handle)
+        except InputError as exc:  # (which task failed: the caller names its input)
+            exc.task_meta = meta
+            raise

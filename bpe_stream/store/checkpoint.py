@@ -11,10 +11,17 @@ Layout (unchanged since it was introduced: stores with checkpoints resume):
 
 Each save appends one chunk and rewrites the head in one transaction, so a checkpoint
 costs the same at merge 30,000 as at 1,000, and a kill leaves the previous one whole.
+
+The head also names the run that wrote it (``run``: random bytes drawn per ``Checkpointer``).
+A save appends only to a checkpoint whose head is still the one this run wrote last (or the
+one it resumed); when another run -- a second ``train`` on the same store at the same time --
+wrote one meanwhile, the save replaces it whole with this run's merges.  So a checkpoint is
+always one run's, whole, never chunks of two (issue 39: a ``--resume`` then found it damaged).
 """
 
 from __future__ import annotations
 
+import os
 from typing import Optional, Sequence, Tuple
 
 from .lmdb_store import Store, StoreError, pack
@@ -55,7 +62,10 @@ class Checkpointer:
         self.store = store
         self.fingerprint = fingerprint
         self.saved = len(resumed["merges"]) if resumed else 0
-        self.chunks = None if not resumed else store.get_train(CHECKPOINT_KEY)["chunks"]
+        self.run = os.urandom(8)
+        # the head this run extends: the one it resumed, then its own (None: none yet)
+        self.head = None if not resumed else store.get_train(CHECKPOINT_KEY)
+        self.chunks = None if not resumed else self.head["chunks"]
 
     def save(self, merges: Sequence[Tuple[int, int, int]]) -> None:
         new = merges[self.saved:]
@@ -64,6 +74,10 @@ class Checkpointer:
         db = self.store.db["train"]
 
         def txn_fn(txn):
+            nonlocal new
+            if self.chunks is not None and self.store.get_train(CHECKPOINT_KEY, txn) != self.head:
+                # another run wrote the checkpoint since: replaced whole by this run's merges
+                self.chunks, self.saved, new = None, 0, merges
             if self.chunks is None:  # a new run: drop the chunks of an older one
                 with txn.cursor(db=db) as cur:
                     if cur.set_range(CHUNK_PREFIX):
@@ -75,11 +89,13 @@ class Checkpointer:
                 chunks = self.chunks
             flat = [x for m in new for x in m]
             txn.put(chunk_key(chunks), pack(flat), db=db)
-            head = {"fingerprint": self.fingerprint, "count": self.saved + len(new), "chunks": chunks + 1}
+            head = {"fingerprint": self.fingerprint, "count": self.saved + len(new), "chunks": chunks + 1,
+                    "run": self.run}
             txn.put(CHECKPOINT_KEY, pack(head), db=db)
-            return chunks + 1
+            return head
 
-        self.chunks = self.store.write(txn_fn)
+        self.head = self.store.write(txn_fn)
+        self.chunks = self.head["chunks"]
         self.saved += len(new)
 
 

@@ -28,7 +28,7 @@ from .engine import MergeEngine, WordArrays
 from .disk import DiskEngine
 from ..store.lmdb_store import Store, StoreError
 from ..store.checkpoint import Checkpointer, read_checkpoint, write_checkpoint  # noqa: F401  (also imported from here)
-from ..encode.tokenizer import Tokenizer
+from ..encode.tokenizer import Tokenizer, check_pretokenizer, text_list
 from .driver import CHECKPOINT_EVERY, CHECKPOINT_SECONDS, Checkpoints, ProgressFn, drive
 from .trainer import TrainConfig, TrainError, Trainer, TrainResult
 
@@ -150,7 +150,11 @@ def plan_training(
         own = _forced_from_tokenizer(from_tokenizer, config, settings)
         if own is not None:
             forced = own
-            messages.append(f"continuing from a tokenizer with {len(forced):,} merges")
+            if _trained_here(store, txn, fingerprint, own):
+                messages.append(f"continuing from a tokenizer with {len(forced):,} merges")
+            else:  # (the same settings, other counts: its merges first, then this store's)
+                messages.append(f"extending a tokenizer with {len(forced):,} merges that this store's checkpoint does "
+                                "not hold (trained on other counts): its merges first, its ids kept, then new merges")
         else:
             extension = Extension.of(from_tokenizer, settings, config)
             limit = extension.limit(config)
@@ -244,6 +248,18 @@ def plan_summary(plan: TrainPlan) -> dict:
         "kept_in_memory_bytes": min(plan.scratch_run_quota, estimate_disk_tables(plan.unique, plan.symbols)) if disk else 0,
         "estimated_seconds": round(plan.seconds, 1),
     }
+
+
+def _trained_here(store: Store, txn, fingerprint: str, merges: List[Tuple[int, int]]) -> bool:
+    """Whether this store's checkpoint (of a run with these counts and settings) begins with
+    ``merges``: the tokenizer of ``--from`` was trained here, and training goes on from it."""
+    try:
+        checkpoint = read_checkpoint(store, txn)
+    except StoreError:
+        return False
+    if checkpoint is None or checkpoint.get("fingerprint") != fingerprint or len(checkpoint["merges"]) < len(merges):
+        return False
+    return [tuple(m[:2]) for m in checkpoint["merges"][:len(merges)]] == list(merges)
 
 
 def _resume(checkpoint: Optional[dict], fingerprint: str, config: TrainConfig, forced: List[Tuple[int, int]]):
@@ -408,8 +424,12 @@ def train_bpe(
     tie_break: str = "max-bytes",
     engine: str = "auto",
 ) -> Tuple[Dict[int, bytes], List[Tuple[bytes, bytes]]]:
-    """CS336's ``train_bpe``: the vocabulary (id -> bytes) and the merges as byte pairs, in order."""
-    settings = make_settings(pretokenizer, special_tokens)
+    """CS336's ``train_bpe``: the vocabulary (id -> bytes) and the merges as byte pairs, in order.
+    ``special_tokens``: a list of str (or of UTF-8 bytes)."""
+    special_tokens = text_list(special_tokens, "special_tokens")
+    if not isinstance(input_path, (str, os.PathLike)):
+        raise TypeError(f"input_path takes a path (str or os.PathLike), not {type(input_path).__name__}")
+    settings = make_settings(check_pretokenizer(pretokenizer), special_tokens)
     config = TrainConfig(vocab_size=vocab_size, special_tokens=list(special_tokens), tie_break=tie_break)
     trainer = Trainer(config)
     trainer.feed(count_file(input_path, settings).items())
@@ -473,8 +493,16 @@ def train_from_iterator(
     ``train_from_iterator``: the texts are counted into ``store`` (a path -- created, or
     counted before with the same settings: runs add up -- or an open ``Store``; None: a
     temporary one, removed after), then :func:`train_from_store` runs.  ``from_tokenizer``
-    extends that tokenizer (see the README's train section)."""
-    settings = make_settings(pretokenizer, special_tokens, end_of_word)
+    extends that tokenizer (see the README's train section): a ``Tokenizer`` or the path of one.
+    ``special_tokens``: a list of str (or of UTF-8 bytes)."""
+    if isinstance(texts, (str, bytes, bytearray)):
+        raise TypeError(f"texts takes an iterable of texts, not one {type(texts).__name__}: pass [text]")
+    special_tokens = text_list(special_tokens, "special_tokens")
+    if isinstance(from_tokenizer, (str, os.PathLike)):
+        from_tokenizer = Tokenizer.load(from_tokenizer)
+    elif from_tokenizer is not None and not isinstance(from_tokenizer, Tokenizer):
+        raise TypeError(f"from_tokenizer takes a Tokenizer or a path, not {type(from_tokenizer).__name__}")
+    settings = make_settings(check_pretokenizer(pretokenizer), special_tokens, end_of_word)
     config = TrainConfig(vocab_size=vocab_size, num_merges=num_merges, tie_break=tie_break, min_count=min_count)
     config.max_merges()  # bad options fail before the texts are read
     if isinstance(store, Store):
