@@ -180,9 +180,9 @@ if wanted & {"commit", "apply", "checkpoint"}:
     real_write, real_apply_one_chunk = store.Store.write, store.Store._apply_one_chunk
     applied = [False]  # did the transaction being written apply a staged chunk?
 
-    def write(self, fn):
+    def write(self, fn, **kwargs):
         applied[0] = False
-        result = real_write(self, fn)
+        result = real_write(self, fn, **kwargs)
         reached("commit")
         if applied[0]:
             reached("apply")
