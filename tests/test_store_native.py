@@ -143,3 +143,26 @@ def test_a_damaged_count_is_a_store_error(store_dir):
         st_.write(lambda txn: txn.put(b"b", b"123", db=st_.db["words"]))  # 3 bytes, not 8
         with pytest.raises(StoreError, match="damaged"):
             st_.add_batch(run_of({b"a": 1, b"b": 1}), {}, TOTALS)
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_count_writes_the_same_store_natively(tmp_path, monkeypatch, corpus_files, workers):
+    """``count_sources`` hands its batches to the native writer as one run each
+    (``_Batch.take_counts(packed=True)``): the store equals the Python path's, for one
+    worker's table and for several workers' runs, over several batches."""
+    results, real = [], Store.add_batch
+    for native in (True, False):
+        monkeypatch.setattr(store_mod, "NATIVE_WRITES", native)
+        calls = []
+
+        def add_batch(self, counts, *a, calls=calls, **k):
+            calls.append(type(counts).__name__)
+            return real(self, counts, *a, **k)
+
+        monkeypatch.setattr(Store, "add_batch", add_batch)
+        with Store.open(tmp_path / f"s{native}", create=True) as st_:
+            count_sources(st_, [Source.from_arg(str(p)) for p in corpus_files], GPT2, workers=workers,
+                          range_bytes=65536, max_memory=4 << 20)
+        assert len(calls) > 1 and set(calls) == {"SortedRun" if native else "SortedCounts"}, calls
+        results.append(content(tmp_path / f"s{native}"))
+    assert results[0] == results[1]
