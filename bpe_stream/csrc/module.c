@@ -334,12 +334,18 @@ typedef struct {
     PyObject *cache; /* dict: str -> bytes (uint32 ids) */
     Py_ssize_t cache_limit;
     bs_text_encoder *text; /* encode_text's, over enc; NULL without a pattern */
+    /* what made text, for clone(): the pattern's name, the cap, the (bytes, id) specials */
+    const char *pattern_name;
+    size_t max_bytes;
+    PyObject *specials;
+    int busy; /* encode_text runs without the GIL: a second thread on this object is refused */
 } EncoderObject;
 
 static void Encoder_dealloc(EncoderObject *self) {
     bs_te_free(self->text);
     encoder_free(self->enc);
     Py_XDECREF(self->cache);
+    Py_XDECREF(self->specials);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -353,6 +359,10 @@ static int make_text_encoder(EncoderObject *self, const char *pattern_name, size
     }
     uint32_t entries = self->cache_limit > (Py_ssize_t)UINT32_MAX ? UINT32_MAX : (uint32_t)self->cache_limit;
     if (!(self->text = bs_te_new(self->enc, pattern, max_bytes, entries, &rc))) { raise_status(rc); return -1; }
+    self->pattern_name = bs_scan_pattern_name(pattern); /* (static) */
+    self->max_bytes = max_bytes;
+    Py_XINCREF(specials);
+    Py_XSETREF(self->specials, specials);
     for (Py_ssize_t k = 0; specials && k < PyList_GET_SIZE(specials); k++) {
         const char *token;
         Py_ssize_t len;
@@ -433,6 +443,10 @@ static PyObject *Encoder_encode(EncoderObject *self, PyObject *args, PyObject *k
         return NULL;
     }
     if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!", kwlist, &PyList_Type, &pieces)) return NULL;
+    if (self->busy) { /* encode_text on another thread is using the merges' scratch */
+        PyErr_SetString(PyExc_RuntimeError, "this Encoder is encoding on another thread; give each thread its clone()");
+        return NULL;
+    }
     Py_ssize_t n = PyList_GET_SIZE(pieces);
     size_t cap = (size_t)n * 2 + 16, len = 0;
     uint32_t *buf = (uint32_t *)bs_realloc_n(NULL, cap, sizeof(uint32_t));
@@ -486,6 +500,12 @@ static PyObject *Encoder_encode_text(EncoderObject *self, PyObject *args, PyObje
     }
     if (!PyArg_ParseTupleAndKeywords(args, kwds, "y*|sp:encode_text", kwlist, &buf, &fmt_name, &split_specials))
         return NULL;
+    if (self->busy) {
+        PyErr_SetString(PyExc_RuntimeError, "this Encoder is encoding on another thread; give each thread its clone()");
+        PyBuffer_Release(&buf);
+        return NULL;
+    }
+    self->busy = 1; /* (set and tested with the GIL held) */
     PyObject *out = NULL;
     int fmt = bs_format_by_name(fmt_name);
     const uint32_t *ids;
@@ -494,7 +514,10 @@ static PyObject *Encoder_encode_text(EncoderObject *self, PyObject *args, PyObje
         PyErr_Format(PyExc_ValueError, "unknown ids format '%s'", fmt_name);
         goto done;
     }
-    int rc = bs_te_encode(self->text, (const uint8_t *)buf.buf, (size_t)buf.len, split_specials, &ids, &n_ids);
+    int rc;
+    Py_BEGIN_ALLOW_THREADS /* the scan and the merges are C on this object's own state */
+    rc = bs_te_encode(self->text, (const uint8_t *)buf.buf, (size_t)buf.len, split_specials, &ids, &n_ids);
+    Py_END_ALLOW_THREADS
     if (rc) {
         raise_status(rc);
         goto done;
@@ -511,12 +534,40 @@ static PyObject *Encoder_encode_text(EncoderObject *self, PyObject *args, PyObje
     }
     PyObject *data = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)size);
     if (!data) goto done;
+    Py_BEGIN_ALLOW_THREADS
     bs_format(ids, n_ids, fmt, (uint8_t *)PyBytes_AS_STRING(data));
+    Py_END_ALLOW_THREADS
     out = Py_BuildValue("(Nn)", data, (Py_ssize_t)n_ids);
 done:
     bs_te_trim(self->text);
+    self->busy = 0;
     PyBuffer_Release(&buf);
     return out;
+}
+
+PyDoc_STRVAR(clone_doc, "clone() -> Encoder\n\n"
+                        "An encoder with the same merges, pattern and special tokens and caches of its own:\n"
+                        "encode_text runs without the GIL, each thread on its own clone.");
+
+static PyObject *Encoder_clone(EncoderObject *self, PyObject *unused) {
+    if (!self->enc) {
+        PyErr_SetString(PyExc_RuntimeError, "Encoder.__init__ was not called");
+        return NULL;
+    }
+    EncoderObject *copy = (EncoderObject *)PyType_GenericNew(Py_TYPE(self), NULL, NULL);
+    if (!copy) return NULL;
+    int rc;
+    copy->cache_limit = self->cache_limit;
+    if (!(copy->cache = PyDict_New())) goto fail;
+    if (!(copy->enc = encoder_clone(self->enc, &rc))) {
+        raise_status(rc);
+        goto fail;
+    }
+    if (self->text && make_text_encoder(copy, self->pattern_name, self->max_bytes, self->specials) < 0) goto fail;
+    return (PyObject *)copy;
+fail:
+    Py_DECREF(copy);
+    return NULL;
 }
 
 static PyObject *Encoder_text_cached(EncoderObject *self, void *unused) {
@@ -531,6 +582,7 @@ static PyGetSetDef Encoder_getset[] = {
 static PyMethodDef Encoder_methods[] = {
     {"encode", (PyCFunction)(void (*)(void))Encoder_encode, KW, "encode(pieces) -> bytes of uint32 ids (host order)."},
     {"encode_text", (PyCFunction)(void (*)(void))Encoder_encode_text, KW, encode_text_doc},
+    {"clone", (PyCFunction)Encoder_clone, METH_NOARGS, clone_doc},
     {NULL, NULL, 0, NULL},
 };
 
