@@ -43,7 +43,8 @@ test: install
 # memory to the end by design, so leaks are not reported; any UBSan report fails the run.
 ASAN_DIR := build/asan
 ASAN_TESTS ?= tests/test_engines.py tests/test_trainer.py tests/test_tokenizer.py tests/test_encode_stream.py tests/test_native.py \
-	tests/test_encode_native.py tests/test_count_table.py tests/test_count_runs.py tests/test_count_specials.py
+	tests/test_encode_native.py tests/test_count_table.py tests/test_count_runs.py tests/test_count_specials.py \
+	tests/test_store_native.py
 ASAN_FLAGS := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined -fno-wrapv -g
 EXT_SUFFIX = $(shell $(PY) -c "import sysconfig; print(sysconfig.get_config_var('EXT_SUFFIX'))")
 asan: install
