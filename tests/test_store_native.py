@@ -21,7 +21,7 @@ from bpe_stream.inputs.reader import Source
 from bpe_stream.store import lmdb_store as store_mod
 from bpe_stream.store.lmdb_store import SortedRun, Store, StoreError
 
-pytestmark = pytest.mark.skipif(store_mod._StoreWriter is None, reason="the native writer needs the C extension")
+NEEDS_WRITER = pytest.mark.skipif(store_mod._StoreWriter is None, reason="the native writer needs the C extension")
 
 GPT2 = make_settings("gpt2", ["<|endoftext|>"])
 TOTALS = {"bytes": 7, "documents": 1, "pretokens": 3, "specials": 0}
@@ -62,6 +62,7 @@ _pretokens = st.binary(max_size=6) | st.sampled_from([b"a", b"ab", b"abc", b"b",
 _batches = st.lists(st.dictionaries(_pretokens, st.integers(1, 2**40), max_size=40), min_size=1, max_size=5)
 
 
+@NEEDS_WRITER
 @fewer_examples(40)
 @given(batches=_batches, chunk_keys=st.integers(1, 9), staged=st.booleans(), first_python=st.integers(0, 5))
 def test_native_writes_equal_python_writes(tmp_path, monkeypatch, batches, chunk_keys, staged, first_python):
@@ -77,6 +78,7 @@ def test_native_writes_equal_python_writes(tmp_path, monkeypatch, batches, chunk
     assert not any(k.startswith(b"staged/") or k == b"pending" for k, _ in native[b"meta"])
 
 
+@NEEDS_WRITER
 def test_a_store_of_the_previous_release_opens_and_adds_up(tmp_path, monkeypatch, corpus_files):
     """A store counted by the Python path (as every release before the native writer wrote
     them), then counted on by the native writer: equal to one counted by the Python path
@@ -97,6 +99,7 @@ def test_a_store_of_the_previous_release_opens_and_adds_up(tmp_path, monkeypatch
     assert old == python and len(old[b"words"]) > 100
 
 
+@NEEDS_WRITER
 def test_py_lmdb_is_closed_while_the_native_writer_holds_the_environment(store_dir, monkeypatch):
     """The ownership rule (module docstring): inside a native transaction py-lmdb's handle
     is closed; after it, and after a native transaction that failed, py-lmdb's is open again."""
@@ -118,6 +121,7 @@ def test_py_lmdb_is_closed_while_the_native_writer_holds_the_environment(store_d
             assert st_.source(txn, b"f") is None and st_.totals(txn)["bytes"] == TOTALS["bytes"]
 
 
+@NEEDS_WRITER
 def test_a_staged_take_back_is_applied_by_the_native_writer_as_by_python(tmp_path, monkeypatch):
     """Negative counts (``count --recount`` taking a file's counts back) are staged by the Python
     path; the native writer declines those chunks and Python adds them in its transaction."""
@@ -136,6 +140,7 @@ def test_a_staged_take_back_is_applied_by_the_native_writer_as_by_python(tmp_pat
     assert results[0] == results[1]
 
 
+@NEEDS_WRITER
 def test_a_damaged_count_is_a_store_error(store_dir):
     with Store.open(store_dir, create=True) as st_:
         st_.ensure_settings(GPT2)
@@ -145,6 +150,7 @@ def test_a_damaged_count_is_a_store_error(store_dir):
             st_.add_batch(run_of({b"a": 1, b"b": 1}), {}, TOTALS)
 
 
+@NEEDS_WRITER
 @pytest.mark.parametrize("workers", [1, 2])
 def test_count_writes_the_same_store_natively(tmp_path, monkeypatch, corpus_files, workers):
     """``count_sources`` hands its batches to the native writer as one run each
@@ -166,3 +172,13 @@ def test_count_writes_the_same_store_natively(tmp_path, monkeypatch, corpus_file
         assert len(calls) > 1 and set(calls) == {"SortedRun" if native else "SortedCounts"}, calls
         results.append(content(tmp_path / f"s{native}"))
     assert results[0] == results[1]
+
+
+def test_a_run_becomes_the_python_path_s_lists_with_or_without_the_extension(monkeypatch):
+    counts = {b"": 2, b"a": 1, b"ab": 3, b"b" * 600: 4, "中".encode(): 5}
+    want = (sorted(counts), [counts[k] for k in sorted(counts)])
+    run = run_of(counts)
+    assert (run.sorted_counts().keys, run.sorted_counts().counts) == want
+    monkeypatch.setattr(store_mod, "_native", None)  # (pure Python: the run parsed by struct)
+    assert (run.sorted_counts().keys, run.sorted_counts().counts) == want
+    assert run.key_bytes() == sum(map(len, counts)) and len(run) == 5
