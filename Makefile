@@ -15,7 +15,7 @@ install: $(VENV)/.installed
 	@$(PY) -m compileall -q bpe_stream
 
 # Any change to the C sources (bpe_stream/csrc: every .c and .h) rebuilds the extension.
-$(VENV)/.installed: setup.cfg pyproject.toml setup.py $(wildcard bpe_stream/csrc/*)
+$(VENV)/.installed: setup.cfg pyproject.toml setup.py $(wildcard bpe_stream/csrc/*) $(wildcard bpe_stream/csrc/lmdb/*)
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[dev,dask,ray,zstd,parquet]'
@@ -60,7 +60,8 @@ test-spark: install
 # memory to the end by design, so leaks are not reported; any UBSan report fails the run.
 ASAN_DIR := build/asan
 ASAN_TESTS ?= tests/test_engines.py tests/test_trainer.py tests/test_tokenizer.py tests/test_encode_stream.py tests/test_native.py \
-	tests/test_encode_native.py tests/test_count_table.py tests/test_count_runs.py tests/test_count_specials.py
+	tests/test_encode_native.py tests/test_count_table.py tests/test_count_runs.py tests/test_count_specials.py \
+	tests/test_store_native.py
 ASAN_FLAGS := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined -fno-wrapv -g
 EXT_SUFFIX = $(shell $(PY) -c "import sysconfig; print(sysconfig.get_config_var('EXT_SUFFIX'))")
 asan: install

@@ -21,6 +21,11 @@ is asked for by name, and shrinks the others):
                    an empty file) against tiktoken, tokie (one thread) and HF tokenizers built
                    from the same vocabulary (the ids are checked to be the same); notes for
                    issues 4 and 15 (CLI with one worker >= 1.0x tokie, >= 2.5x tiktoken).
+* ``phases``       issue 36, where the time of count and encode goes: ``count`` and ``encode -f u32``
+                   of en_100M.txt (20 MB with --quick) in-process with 1, 2 and (on a larger
+                   machine) all workers, each phase timed where it runs (count: read, scan,
+                   sort, merge, write, hash; encode: read, encode, write) with its wall and CPU
+                   seconds, and the serial fraction: the main thread's CPU over the process's.
 * ``corpus-gen``   ``benchmarks/gen_corpus.py`` writes 400 MB of seeded web-like text (20 MB
                    with --quick) with 1 and with 2 processes (same bytes?), and the distinct
                    pretokens per MB of 20 MB of it against 20 MB of en_100M.txt.
@@ -78,9 +83,10 @@ import workloads as W  # noqa: E402
 from measure import MB, Measurement, MeasureError  # noqa: E402
 
 SPECIAL = "<|endoftext|>"
-SECTIONS = ("train-small", "count", "train-large", "encode", "corpus-gen", "out-of-core", "multi", "code", "engines")
-QUICK_DEFAULT = ("train-small", "count", "encode", "corpus-gen", "multi", "code", "engines")
-FULL_DEFAULT = ("train-small", "count", "train-large", "encode", "corpus-gen", "multi", "code", "engines")
+SECTIONS = ("train-small", "count", "train-large", "encode", "phases", "corpus-gen", "out-of-core", "multi", "code",
+            "engines")
+QUICK_DEFAULT = ("train-small", "count", "encode", "phases", "corpus-gen", "multi", "code", "engines")
+FULL_DEFAULT = ("train-small", "count", "train-large", "encode", "phases", "corpus-gen", "multi", "code", "engines")
 SKIP_REASONS = {  # why a section is left out of a run that did not name it
     "train-large": "skipped with --quick (run it with --only train-large)",
     "out-of-core": "not run by default: it generates and counts gigabytes (run it with --only out-of-core)",
@@ -1164,11 +1170,55 @@ def section_engines(ctx: Context) -> Section:
     return s
 
 
+PHASES_BYTES = {False: None, True: 20_000_000}
+
+
+def section_phases(ctx: Context) -> Section:
+    """Issue 36: the phase breakdown of count and encode (``W.count_phases``, ``W.encode_phases``),
+    so that the next step against what is serial is chosen from a profile.  A phase's wall is
+    summed over its calls, which overlap on several workers; the serial fraction bounds the
+    speed-up of more workers (Amdahl: at most 1 / serial_fraction)."""
+    s = Section(ctx, "phases", "where count and encode spend their time: phases (wall, CPU) and the serial fraction")
+    source = ctx.data("corpora", "en_100M.txt")
+    nbytes = PHASES_BYTES[ctx.quick]
+    text = ctx.prefix(source, nbytes) if nbytes else source
+    mb = size_mb(text)
+    s.info.update(text=str(text), mb=mb)
+    counts = sorted({1, 2, os.cpu_count() or 1})
+    breakdown = s.info.setdefault("breakdown", {})
+    for workers in counts:
+        m = ctx.fn(f"count phases -w{workers}", W.count_phases, str(text), workers, str(ctx.tmp))
+        s.add(row_from(s.name, "bpe-stream", f"count -w{workers} (in-process, phases timed)", "in-process", m, mb,
+                       baseline=workers == 1, extra=m.result), m)
+        breakdown[f"count -w{workers}"] = m.result
+        s.note(phase_line(f"count -w{workers}", m.result))
+    tok = encode_tokenizer(ctx, s, text)
+    digests = set()
+    for workers in counts:
+        m = ctx.fn(f"encode phases -w{workers}", W.encode_phases, str(tok), str(text), workers, str(ctx.tmp))
+        s.add(row_from(s.name, "bpe-stream", f"encode -f u32 -w{workers} (in-process, phases timed)", "in-process", m, mb,
+                       extra=m.result), m)
+        breakdown[f"encode -w{workers}"] = m.result
+        digests.add(m.result["digest"])
+        s.note(phase_line(f"encode -w{workers}", m.result))
+    s.note(f"encode: the same ids for every worker count: {len(digests) == 1}")
+    s.note("phase walls are sums over calls, which overlap on several workers; on a shared machine a wall "
+           "longer than its CPU is time spent waiting for a core")
+    return s
+
+
+def phase_line(label: str, r: dict) -> str:
+    parts = ", ".join(f"{k} {v['cpu']:.2f}/{v['wall']:.2f}" for k, v in r["phases"].items())
+    return (f"{label}: {r['seconds']:.2f} s wall, {r['cpu_seconds']:.2f} s CPU; phases (CPU/wall s): {parts}; "
+            f"serial fraction {r['serial_fraction']:.2f} (main thread {r['main_thread_cpu_seconds']:.2f} s CPU)")
+
+
 RUNNERS = {
     "train-small": section_train_small,
     "count": section_count,
     "train-large": section_train_large,
     "encode": section_encode,
+    "phases": section_phases,
     "corpus-gen": section_corpus_gen,
     "out-of-core": section_out_of_core,
     "multi": section_multi,

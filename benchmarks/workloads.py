@@ -364,3 +364,143 @@ def file_digest(path: str) -> str:
         for block in iter(lambda: f.read(1 << 20), b""):
             h.update(block)
     return h.hexdigest()
+
+
+# -- where the time goes (the phases section) ---------------------------------------------
+class _PhaseClock:
+    """Wall and CPU seconds of each phase, summed over the calls of the functions timed as it,
+    on whichever thread they run (``time.thread_time``: the calling thread's CPU).  Functions
+    are replaced by timing wrappers in their modules for the length of one run; ``main`` is
+    the main thread's CPU over the run: the work that is serial (the parent's)."""
+
+    def __init__(self):
+        import threading
+
+        self.lock = threading.Lock()
+        self.wall: dict = {}
+        self.cpu: dict = {}
+        self.undo: list = []
+
+    def add(self, phase: str, wall: float, cpu: float) -> None:
+        with self.lock:
+            self.wall[phase] = self.wall.get(phase, 0.0) + wall
+            self.cpu[phase] = self.cpu.get(phase, 0.0) + cpu
+
+    def wrap(self, owner, name: str, phase: str) -> None:
+        import functools
+        import inspect
+
+        real = getattr(owner, name)
+        clock = self
+        if inspect.isgeneratorfunction(real):
+            @functools.wraps(real)
+            def timed(*args, **kwargs):  # each step of the generator timed, on the thread that drives it
+                it = real(*args, **kwargs)
+                while True:
+                    t, c = time.perf_counter(), time.thread_time()
+                    try:
+                        item = next(it)
+                    except StopIteration:
+                        clock.add(phase, time.perf_counter() - t, time.thread_time() - c)
+                        return
+                    clock.add(phase, time.perf_counter() - t, time.thread_time() - c)
+                    yield item
+        else:
+            @functools.wraps(real)
+            def timed(*args, **kwargs):
+                t, c = time.perf_counter(), time.thread_time()
+                try:
+                    return real(*args, **kwargs)
+                finally:
+                    clock.add(phase, time.perf_counter() - t, time.thread_time() - c)
+        setattr(owner, name, timed)
+        self.undo.append((owner, name, real))
+
+    def restore(self) -> None:
+        for owner, name, real in reversed(self.undo):
+            setattr(owner, name, real)
+
+    def result(self, seconds: float, cpu: float, main_cpu: float) -> dict:
+        return {"seconds": seconds, "cpu_seconds": cpu, "main_thread_cpu_seconds": main_cpu,
+                "serial_fraction": main_cpu / cpu if cpu else None,
+                "phases": {k: {"wall": self.wall[k], "cpu": self.cpu[k]} for k in sorted(self.wall)}}
+
+
+def count_phases(path: str, workers: int, parent_dir: str) -> dict:
+    """``count_sources`` of ``path`` into a new store (as ``count -wN`` runs it: threads for
+    a plain file), its phases timed where they run: ``read`` (a range's bytes), ``scan``
+    (scanned and counted into a table), ``sort`` (a worker's table packed in key order),
+    ``merge`` (runs merged, and at each flush the batch taken: merged, or the one-worker
+    table sorted), ``write`` (``Store.add_batch`` and the remap after it), ``hash`` (the file
+    read again into its identity digest, beside or after the count).  A phase's wall is the
+    sum over its calls (they overlap on several threads); ``serial_fraction`` is the main
+    thread's CPU over the process's."""
+    import shutil
+    import tempfile
+
+    from bpe_stream.count import counting, seen_files
+    from bpe_stream.inputs.reader import Source
+    from bpe_stream.store.lmdb_store import Store
+
+    clock = _PhaseClock()
+    for owner, name, phase in ((counting, "_read_range", "read"), (counting, "count_bytes", "scan"),
+                               (counting, "_packed", "sort"), (counting._Batch, "_compact", "merge"),
+                               (counting._Batch, "take_counts", "merge"), (Store, "add_batch", "write"),
+                               (Store, "remap", "write"), (counting, "feed", "hash"), (seen_files, "feed", "hash")):
+        clock.wrap(owner, name, phase)
+    settings = counting.make_settings("gpt2", [SPECIAL])
+    store_dir = tempfile.mkdtemp(prefix="count-phases-", dir=parent_dir)
+    try:
+        with Store.open(store_dir, create=True) as store:
+            t, c, m = time.perf_counter(), time.process_time(), time.thread_time()
+            summary = counting.count_sources(store, [Source.from_arg(path)], settings, workers=workers)
+            seconds, cpu, main = time.perf_counter() - t, time.process_time() - c, time.thread_time() - m
+    finally:
+        clock.restore()
+        shutil.rmtree(store_dir, ignore_errors=True)
+    return dict(clock.result(seconds, cpu, main), workers=workers, bytes=summary.bytes, unique=summary.new_unique)
+
+
+def encode_phases(tok_path: str, path: str, workers: int, parent_dir: str) -> dict:
+    """``ParallelEncoder.write`` of ``path`` as ``encode -f u32 -wN -o FILE`` runs it, its
+    phases timed where they run: ``read`` (the file read and cut into pieces at safe points,
+    in the parent), ``encode`` (a piece scanned, merged and formatted: on the workers),
+    ``write`` (the output written, in the parent).  As :func:`count_phases`."""
+    import tempfile
+
+    from bpe_stream.encode import parallel
+    from bpe_stream.encode.tokenizer import Tokenizer
+
+    tok = Tokenizer.load(tok_path)
+    clock = _PhaseClock()
+    clock.wrap(parallel, "byte_pieces", "read")
+    clock.wrap(parallel, "_encode_bytes", "encode")
+
+    class TimedOut:
+        def __init__(self, f):
+            self.f = f
+
+        def write(self, data):
+            t, c = time.perf_counter(), time.thread_time()
+            try:
+                return self.f.write(data)
+            finally:
+                clock.add("write", time.perf_counter() - t, time.thread_time() - c)
+
+    digest = hashlib.sha256()
+    try:
+        with parallel.ParallelEncoder(tok, workers) as enc, tempfile.TemporaryFile(dir=parent_dir) as out, \
+                open(path, "rb") as f:
+            t, c, m = time.perf_counter(), time.process_time(), time.thread_time()
+            tokens = enc.write(TimedOut(out), f, "u32")
+            out.flush()
+            seconds, cpu, main = time.perf_counter() - t, time.process_time() - c, time.thread_time() - m
+            kids = os.times()
+            out.seek(0)
+            for block in iter(lambda: out.read(1 << 24), b""):
+                digest.update(block)
+    finally:
+        clock.restore()
+    # worker processes (the pretokenizers the C encoder does not cut): their CPU is the children's
+    cpu += kids.children_user + kids.children_system
+    return dict(clock.result(seconds, cpu, main), workers=workers, tokens=tokens, digest=digest.hexdigest())

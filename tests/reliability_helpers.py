@@ -145,6 +145,13 @@ def points(cmd: Cmd, cwd, input: bytes | None = None) -> Counter:
         return Counter(json.loads(report.read_text()))
 
 
+def native_store_writer() -> bool:
+    """Whether counts write their batches with the native store writer (the C extension)."""
+    from bpe_stream.store import lmdb_store
+
+    return lmdb_store._StoreWriter is not None and lmdb_store.NATIVE_WRITES
+
+
 class Pause:
     """A seam where a command waits (``pause_at`` of ``tests/seams.py``): give
     ``pause_knob(pause, ...)`` to the command, then ``pause.wait(proc)`` returns once the

@@ -24,6 +24,8 @@ Points of the work, each counted from 1 in this process (``"commit:3"`` is the t
 * ``commit``: right after a store write transaction (``Store.write``) committed;
 * ``apply``: right after the commit of a transaction that applied one chunk of a staged
   batch (``Store._apply_one_chunk``): the batch is then half applied;
+* ``native``: inside a transaction of the native store writer (``_fastbpe.StoreWriter``), just
+  before its commit: the batch's words are merged and its records written, nothing committed;
 * ``checkpoint``: right after a training checkpoint was committed (``Checkpointer.save``);
 * ``open``: right after ``lmdb.open`` returned (in ``Store.open`` and ``Store.remap``);
 * ``read``: when a reader starts iterating the words (``Store.iter_word_blocks``, which
@@ -81,7 +83,7 @@ reached_so_far: Counter = Counter()
 # The point kinds that something waits for; only their seams are installed.
 wanted = {moment.split(":")[0] for moment in [sigkill_at, *pause_at] if ":" in moment}
 if "points_file" in knobs:
-    wanted |= {"commit", "apply", "checkpoint", "open", "read", "output", "replace"}
+    wanted |= {"commit", "apply", "native", "checkpoint", "open", "read", "output", "replace"}
 
 
 def die(*args, **kwargs):
@@ -180,9 +182,9 @@ if wanted & {"commit", "apply", "checkpoint"}:
     real_write, real_apply_one_chunk = store.Store.write, store.Store._apply_one_chunk
     applied = [False]  # did the transaction being written apply a staged chunk?
 
-    def write(self, fn):
+    def write(self, fn, **kwargs):
         applied[0] = False
-        result = real_write(self, fn)
+        result = real_write(self, fn, **kwargs)
         reached("commit")
         if applied[0]:
             reached("apply")
@@ -195,6 +197,24 @@ if wanted & {"commit", "apply", "checkpoint"}:
 
     store.Store.write = write
     store.Store._apply_one_chunk = apply_one_chunk
+
+if "native" in wanted and store._StoreWriter is not None:
+    real_writer = store._StoreWriter
+
+    class SeamWriter:
+        """The native writer, its commit a point of the work."""
+
+        def __init__(self, path, map_size):
+            self._writer = real_writer(path, map_size)
+
+        def commit(self):
+            reached("native")
+            return self._writer.commit()
+
+        def __getattr__(self, name):
+            return getattr(self._writer, name)
+
+    store._StoreWriter = SeamWriter
 
 if "checkpoint" in wanted:
     import bpe_stream.train.pipeline as pipeline

@@ -389,3 +389,23 @@ def test_an_encoder_is_reusable_after_a_failed_or_abandoned_document(toks):
             assert out.getvalue() == reference(tok, good, "u32")
     finally:
         encoding.PIECE_CHARS = old
+
+
+def test_native_pieces_are_encoded_on_threads_with_an_encoder_each(toks, encoders):
+    """With the C encoder doing whole pieces, workers are threads (nothing piped), each on
+    its own ``Encoder.clone()``; other pretokenizers keep worker processes.  (Their output is
+    the reference's for every worker count: the tests above.)"""
+    from bpe_stream.parallel.runner import LocalRunner, ThreadRunner
+
+    native = {name for name, tok in toks.items() if tok._native()}
+    assert {"gpt2", "cl100k-doc", "whitespace-eow"} <= native
+    for (name, workers), enc in encoders.items():
+        if workers > 1:
+            kind = ThreadRunner if name in native and name != "none" else LocalRunner
+            assert type(enc.window.runner) is kind, (name, workers)
+    tok = toks["gpt2"]
+    text = (CS336 / "corpus.en").read_bytes()[:50_000] + "中文 😀 <|end|>x".encode()
+    clone = tok._encoder.clone()
+    assert clone is not tok._encoder and clone.text_cached == 0
+    for fmt in ("ids", "u32", "txt"):
+        assert clone.encode_text(text, fmt) == tok._encoder.encode_text(text, fmt)

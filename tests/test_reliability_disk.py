@@ -6,6 +6,7 @@ the count exactly once space is freed.
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 import subprocess
@@ -46,6 +47,29 @@ class _CappedEnv:
         return getattr(self._env, name)
 
 
+class _CappedWriter:
+    """The native store writer (``_fastbpe.StoreWriter``) with the same cap as ``_CappedLmdb``:
+    its ``set_map_size`` fails as LMDB's does (ENOMEM) past ``owner.cap``."""
+
+    def __init__(self, real, owner):
+        self._real, self._owner = real, owner
+
+    def __call__(self, path, map_size):
+        writer = self._real(path, map_size)
+        owner, native = self._owner, __import__("bpe_stream.native", fromlist=["fastbpe"]).fastbpe
+
+        class Capped:
+            def set_map_size(self, size):
+                if owner.cap is not None and size > owner.cap:
+                    raise native.LmdbError(errno.ENOMEM, "Cannot allocate memory")
+                return writer.set_map_size(size)
+
+            def __getattr__(self, name):
+                return getattr(writer, name)
+
+        return Capped()
+
+
 def _snapshot_unless_a_batch_is_unfinished(store):
     """The store's state after a write failed: whole batches only, or -- when the failure hit
     a staged batch in the middle of being applied, which a reader must finish before it can
@@ -64,6 +88,8 @@ def test_count_when_the_map_cannot_grow_stops_cleanly_and_finishes_later(cli, tm
 
     capped = _CappedLmdb(cap=512 << 10)
     monkeypatch.setattr(store_mod, "lmdb", capped)
+    if store_mod._StoreWriter is not None:  # batches written by the native writer: its map capped too
+        monkeypatch.setattr(store_mod, "_StoreWriter", _CappedWriter(store_mod._StoreWriter, capped))
     monkeypatch.setattr(store_mod, "_INITIAL_MAP_SIZE", 256 << 10)
     store = tmp_path / "store"
     args = ("count", "--store", store, "--special-token", EOT, "--max-memory", "1M", "-w", "1", *corpus_files)

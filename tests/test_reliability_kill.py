@@ -246,6 +246,52 @@ def test_stdin_interrupted_keeps_what_was_committed_and_says_so(tmp_path, corpus
         f"after Ctrl-C the store keeps {kept:,} bytes of stdin, but stderr does not say so: {err!r}")
 
 
+@pytest.mark.parametrize("workers, stage_chunk_keys, seed", [(1, 1 << 30, 11), (2, 200, 12)])
+def test_count_kill9_inside_a_native_store_write(tmp_path, corpus_files, corpus_oracle, workers, stage_chunk_keys,
+                                                  seed):
+    """Killed inside a transaction of the native store writer (its words merged, its records
+    written, not committed; whole batches, or staged ones applied 200 keys a transaction):
+    the store opens with whole batches only, and the rerun ends as one clean run."""
+    if not H.native_store_writer():
+        pytest.skip("the native store writer needs the C extension")
+    store = tmp_path / "store"
+    cmd = Cmd("count", "--store", store, "--special-token", EOT, "--max-memory", "1M", "-w", workers, *corpus_files,
+              knobs={"range_bytes": 64 << 10, "stage_chunk_keys": stage_chunk_keys})
+    natives = H.points(_scratch(cmd, store, tmp_path / "clean"), tmp_path)["native"]
+    assert natives > 3, natives  # the batches are written natively
+    seen = _kill_rounds(cmd, tmp_path, store, "native", natives, H.seeded(seed), 4, corpus_oracle)
+    assert seen, "no kill landed"
+    ok(H.run(cmd, tmp_path))
+    final = H.snapshot(store)
+    assert final["words"] == corpus_oracle.words() and final["totals"] == corpus_oracle.totals()
+
+
+def test_ctrl_c_inside_a_native_store_write_keeps_whole_batches(tmp_path, corpus_files, corpus_oracle):
+    """Ctrl-C while the native writer holds the store (paused before its 3rd commit): the
+    transaction is aborted, py-lmdb's handle reopened, the count ends as an interrupted count
+    does, and the store holds whole batches that the rerun completes."""
+    if not H.native_store_writer():
+        pytest.skip("the native store writer needs the C extension")
+    store = tmp_path / "store"
+    pause = H.Pause(tmp_path, "native:3")
+    cmd = Cmd("count", "--store", store, "--special-token", EOT, "--max-memory", "1M", "-w", "1", *corpus_files,
+              knobs={"range_bytes": 64 << 10, **H.pause_knob(pause)})
+    proc = H.start(cmd, tmp_path, stderr=subprocess.PIPE)
+    try:
+        pause.wait(proc)
+        os.killpg(proc.pid, signal.SIGINT)
+        rc = proc.wait(timeout=H.HANG_TIMEOUT)
+        err = proc.stderr.read().decode("utf-8", "replace")
+    finally:
+        H.kill_group(proc)
+    assert rc == 130 and "Traceback" not in err, (rc, err)
+    offsets = H.check_partial_state(H.snapshot(store), corpus_oracle)
+    assert 0 < sum(offsets.values()) < sum(map(len, corpus_files.values())), offsets
+    ok(H.run(Cmd(*cmd.args), tmp_path))
+    final = H.snapshot(store)
+    assert final["words"] == corpus_oracle.words() and final["totals"] == corpus_oracle.totals()
+
+
 # -- train --------------------------------------------------------------------------------
 @pytest.mark.parametrize("path, seed", [("memory", 1), ("disk", 3)])
 def test_train_kill9_then_resume_gives_the_uninterrupted_tokenizer(tmp_path, train_base, path, seed):

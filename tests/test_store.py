@@ -482,8 +482,8 @@ def test_a_reader_finishes_a_staged_batch_while_its_writer_is_at_it(store_dir, m
     with Store.open(store_dir) as st_:
         real_write = st_.write
 
-        def write_and_watch(fn):
-            result = real_write(fn)
+        def write_and_watch(fn, **kwargs):
+            result = real_write(fn, **kwargs)
             if getattr(fn, "__name__", "") == "_apply_one_chunk":
                 steps.append(result)
                 if len(steps) == 2:  # another process opens the store now

@@ -181,3 +181,28 @@ def test_a_store_from_before_the_kept_top_is_read_then_kept(tmp_path):
     make_store(path, [{b"c": 10}])  # the next count keeps it again
     with Store.open(path, readonly=True) as st, st.reader() as txn:
         assert st._top_record(txn) == (True, [(11, b"c"), (7, b"b"), (5, b"a")])
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_counts_keep_the_top_on_either_writer(tmp_path, monkeypatch, native):
+    """A count in many batches (the native writer's sorted runs, or the Python path's lists),
+    staged or whole: the kept top is the top of every word, and stats reads it."""
+    from bpe_stream.count.counting import count_sources
+    from bpe_stream.inputs.reader import Source
+
+    monkeypatch.setattr(store_mod, "NATIVE_WRITES", native)
+    monkeypatch.setattr(store_mod, "STAGE_CHUNK_KEYS", 64)
+    monkeypatch.setattr(store_mod, "STAGE_DIRTY_PAGES", 0)
+    rng = random.Random(3)
+    words = [b"w%d" % rng.randint(0, 30_000) for _ in range(400_000)]
+    text = tmp_path / "t.txt"
+    text.write_bytes(b" ".join(words) + b" the the the")
+    path = str(tmp_path / "s")
+    batches, real = [], Store.add_batch
+    monkeypatch.setattr(Store, "add_batch", lambda self, *a, **k: batches.append(1) or real(self, *a, **k))
+    with Store.open(path, create=True) as st:
+        count_sources(st, [Source.from_arg(str(text))], GPT2, max_memory=1 << 20, range_bytes=16 << 10)
+    assert len(batches) >= 3
+    with Store.open(path, readonly=True) as st, st.reader() as txn:
+        exact, kept = st._top_record(txn)
+        assert exact and kept == st._scan_top(txn, TOP_KEPT) and len(kept) == TOP_KEPT

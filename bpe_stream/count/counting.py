@@ -69,7 +69,7 @@ from ..inputs.reader import CHUNK_BYTES, InputError, Source, decode_chunks, from
 from ..pretok.scan import NATIVE_PATTERNS, first_invalid_utf8
 from .seen_files import (Claims, FilePlan, HashedBeside, RangeCheck, Refused, SameBytes, feed, plan_files, range_hasher,
                          what_stays)
-from ..store.lmdb_store import SortedCounts, Store, StoreError
+from ..store.lmdb_store import SortedCounts, SortedRun, Store, StoreError
 from ..inputs.streaming import Spooled, Window, file_ranges, remove_own_spools, text_pieces
 
 # Bytes one counter entry costs in CPython (a str key, a dict slot, an int), rounded up
@@ -491,10 +491,18 @@ class _Batch:
         self.run_entries = self._compacted = entries
         self.run_bytes = len(run)
 
-    def take_counts(self):
+    def take_counts(self, packed: bool = False):
         """Every count of the batch, bytes keys, as ``Store.add_batch`` takes them, taken out:
-        the runs (and the table, sorted in C) merged into two sorted lists, once, at the flush."""
+        the runs (and the table, sorted in C) merged into two sorted lists, once, at the flush;
+        ``packed``: into one run instead (``SortedRun``: the native writer's, no list made)."""
+        entries = self.run_entries  # (exact for one run)
         runs, self.runs, self.run_entries, self.run_bytes, self._compacted = self.runs, [], 0, 0, 0
+        if packed and not self.counter and (runs or len(self.table)):
+            if len(self.table):
+                entries = len(self.table)
+                runs.append(self.table.pack(sorted=True))
+                self.table.clear()
+            return SortedRun(*merge_runs_packed(runs)) if len(runs) > 1 else SortedRun(runs[0], entries)
         if len(self.table):
             if not runs and not self.counter:
                 counts = SortedCounts(*self.table.sorted_items())
@@ -884,7 +892,7 @@ class _Count:
         """The batch committed whole with its files' records, then the claims of the files it
         finished dropped, and its totals added to the summary."""
         current, self.batch = self.batch, _Batch(self.compact_entries)
-        counts = current.take_counts()
+        counts = current.take_counts(packed=self.store.writes_natively)
         if counts or current.sources or any(current.totals.values()):
             # bytes keys (from count_range and _count_pieces); settings recorded with the first batch
             store, settings = self.store, self.settings

@@ -38,6 +38,21 @@ Encoder *encoder_new(const uint32_t byte_ids[256], int64_t marker, uint64_t n_me
     return e;
 }
 
+Encoder *encoder_clone(const Encoder *src, int *status) {
+    Encoder *e = (Encoder *)calloc(1, sizeof(Encoder));
+    if (e) e->ranks = (RankSlot *)bs_realloc_n(NULL, src->mask + 1, sizeof(RankSlot));
+    if (!e || !e->ranks) {
+        free(e);
+        *status = BS_NO_MEMORY;
+        return NULL;
+    }
+    memcpy(e->ranks, src->ranks, (src->mask + 1) * sizeof(RankSlot));
+    e->mask = src->mask, e->n_merges = src->n_merges, e->added = src->added, e->marker = src->marker;
+    memcpy(e->byte_ids, src->byte_ids, sizeof(e->byte_ids));
+    *status = BS_OK; /* (the scratch is its own, grown on first use) */
+    return e;
+}
+
 void encoder_free(Encoder *e) {
     if (!e) return;
     free(e->ranks); free(e->sym); free(e->nxt); free(e->prv); free(e->heap);

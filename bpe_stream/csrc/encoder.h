@@ -20,6 +20,8 @@ typedef struct Encoder Encoder;
 /* byte_ids: the id of each byte; marker: the id appended to each pretoken, or -1. */
 Encoder *encoder_new(const uint32_t byte_ids[256], int64_t marker, uint64_t n_merges, int *status);
 void encoder_free(Encoder *e);
+/* A copy with the same merges and scratch of its own: an encoder for another thread. */
+Encoder *encoder_clone(const Encoder *e, int *status);
 /* The next merge by rank: (left, right) -> new_id.  The first merge of a pair wins. */
 int encoder_add_merge(Encoder *e, uint32_t left, uint32_t right, uint32_t new_id);
 /* The ids of one pretoken in *ids (host-order uint32, the encoder's buffer, valid until

@@ -24,6 +24,8 @@
  *   runs.{h,c}        tables packed in key order, merged k-way        -> CountTable.pack(sorted=True),
  *                                                                        merge_runs(), merge_runs_packed()
  *   storecheck.{h,c}  an LMDB data file's structure checked           -> store_check()
+ *   storewrite.{h,c}  a batch of counts written into the store        -> StoreWriter
+ *                     (LMDB itself: lmdb/, compiled by lmdb_build.c)
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -40,6 +42,8 @@
 #include "scan.h"
 #include "specials.h"
 #include "storecheck.h"
+#include "storewrite.h"
+#include "lmdb/lmdb.h"
 #include "textencoder.h"
 
 /* NULL, with the exception of an algorithm's status set. */
@@ -331,12 +335,18 @@ typedef struct {
     PyObject *cache; /* dict: str -> bytes (uint32 ids) */
     Py_ssize_t cache_limit;
     bs_text_encoder *text; /* encode_text's, over enc; NULL without a pattern */
+    /* what made text, for clone(): the pattern's name, the cap, the (bytes, id) specials */
+    const char *pattern_name;
+    size_t max_bytes;
+    PyObject *specials;
+    int busy; /* encode_text runs without the GIL: a second thread on this object is refused */
 } EncoderObject;
 
 static void Encoder_dealloc(EncoderObject *self) {
     bs_te_free(self->text);
     encoder_free(self->enc);
     Py_XDECREF(self->cache);
+    Py_XDECREF(self->specials);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -350,6 +360,10 @@ static int make_text_encoder(EncoderObject *self, const char *pattern_name, size
     }
     uint32_t entries = self->cache_limit > (Py_ssize_t)UINT32_MAX ? UINT32_MAX : (uint32_t)self->cache_limit;
     if (!(self->text = bs_te_new(self->enc, pattern, max_bytes, entries, &rc))) { raise_status(rc); return -1; }
+    self->pattern_name = bs_scan_pattern_name(pattern); /* (static) */
+    self->max_bytes = max_bytes;
+    Py_XINCREF(specials);
+    Py_XSETREF(self->specials, specials);
     for (Py_ssize_t k = 0; specials && k < PyList_GET_SIZE(specials); k++) {
         const char *token;
         Py_ssize_t len;
@@ -430,6 +444,10 @@ static PyObject *Encoder_encode(EncoderObject *self, PyObject *args, PyObject *k
         return NULL;
     }
     if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!", kwlist, &PyList_Type, &pieces)) return NULL;
+    if (self->busy) { /* encode_text on another thread is using the merges' scratch */
+        PyErr_SetString(PyExc_RuntimeError, "this Encoder is encoding on another thread; give each thread its clone()");
+        return NULL;
+    }
     Py_ssize_t n = PyList_GET_SIZE(pieces);
     size_t cap = (size_t)n * 2 + 16, len = 0;
     uint32_t *buf = (uint32_t *)bs_realloc_n(NULL, cap, sizeof(uint32_t));
@@ -483,6 +501,12 @@ static PyObject *Encoder_encode_text(EncoderObject *self, PyObject *args, PyObje
     }
     if (!PyArg_ParseTupleAndKeywords(args, kwds, "y*|sp:encode_text", kwlist, &buf, &fmt_name, &split_specials))
         return NULL;
+    if (self->busy) {
+        PyErr_SetString(PyExc_RuntimeError, "this Encoder is encoding on another thread; give each thread its clone()");
+        PyBuffer_Release(&buf);
+        return NULL;
+    }
+    self->busy = 1; /* (set and tested with the GIL held) */
     PyObject *out = NULL;
     int fmt = bs_format_by_name(fmt_name);
     const uint32_t *ids;
@@ -491,7 +515,10 @@ static PyObject *Encoder_encode_text(EncoderObject *self, PyObject *args, PyObje
         PyErr_Format(PyExc_ValueError, "unknown ids format '%s'", fmt_name);
         goto done;
     }
-    int rc = bs_te_encode(self->text, (const uint8_t *)buf.buf, (size_t)buf.len, split_specials, &ids, &n_ids);
+    int rc;
+    Py_BEGIN_ALLOW_THREADS /* the scan and the merges are C on this object's own state */
+    rc = bs_te_encode(self->text, (const uint8_t *)buf.buf, (size_t)buf.len, split_specials, &ids, &n_ids);
+    Py_END_ALLOW_THREADS
     if (rc) {
         raise_status(rc);
         goto done;
@@ -508,12 +535,40 @@ static PyObject *Encoder_encode_text(EncoderObject *self, PyObject *args, PyObje
     }
     PyObject *data = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)size);
     if (!data) goto done;
+    Py_BEGIN_ALLOW_THREADS
     bs_format(ids, n_ids, fmt, (uint8_t *)PyBytes_AS_STRING(data));
+    Py_END_ALLOW_THREADS
     out = Py_BuildValue("(Nn)", data, (Py_ssize_t)n_ids);
 done:
     bs_te_trim(self->text);
+    self->busy = 0;
     PyBuffer_Release(&buf);
     return out;
+}
+
+PyDoc_STRVAR(clone_doc, "clone() -> Encoder\n\n"
+                        "An encoder with the same merges, pattern and special tokens and caches of its own:\n"
+                        "encode_text runs without the GIL, each thread on its own clone.");
+
+static PyObject *Encoder_clone(EncoderObject *self, PyObject *unused) {
+    if (!self->enc) {
+        PyErr_SetString(PyExc_RuntimeError, "Encoder.__init__ was not called");
+        return NULL;
+    }
+    EncoderObject *copy = (EncoderObject *)PyType_GenericNew(Py_TYPE(self), NULL, NULL);
+    if (!copy) return NULL;
+    int rc;
+    copy->cache_limit = self->cache_limit;
+    if (!(copy->cache = PyDict_New())) goto fail;
+    if (!(copy->enc = encoder_clone(self->enc, &rc))) {
+        raise_status(rc);
+        goto fail;
+    }
+    if (self->text && make_text_encoder(copy, self->pattern_name, self->max_bytes, self->specials) < 0) goto fail;
+    return (PyObject *)copy;
+fail:
+    Py_DECREF(copy);
+    return NULL;
 }
 
 static PyObject *Encoder_text_cached(EncoderObject *self, void *unused) {
@@ -528,6 +583,7 @@ static PyGetSetDef Encoder_getset[] = {
 static PyMethodDef Encoder_methods[] = {
     {"encode", (PyCFunction)(void (*)(void))Encoder_encode, KW, "encode(pieces) -> bytes of uint32 ids (host order)."},
     {"encode_text", (PyCFunction)(void (*)(void))Encoder_encode_text, KW, encode_text_doc},
+    {"clone", (PyCFunction)Encoder_clone, METH_NOARGS, clone_doc},
     {NULL, NULL, 0, NULL},
 };
 
@@ -1271,6 +1327,297 @@ static PyObject *set_compact_min(PyObject *self, PyObject *args, PyObject *kwds)
     return PyLong_FromUnsignedLongLong(previous);
 }
 
+/* -- the store written from native code (storewrite.c) ----------------------------------- */
+
+static PyObject *LmdbError; /* _fastbpe.LmdbError(code, text): LMDB's own failures */
+
+typedef struct {
+    PyObject_HEAD
+    bs_sw *w;
+} StoreWriterObject;
+
+/* NULL with the exception of a storewrite status: OverflowError(the sum) past 2**63-1,
+ * ValueError for a malformed run or a damaged count, LmdbError(code, text) for LMDB's. */
+static PyObject *sw_error(int rc, const bs_sw_result *r) {
+    if (rc == BS_SW_ENOMEM) return PyErr_NoMemory();
+    if (rc == BS_SW_EOVERFLOW) {
+        PyObject *hi = PyLong_FromUnsignedLongLong(r->over_hi), *lo = PyLong_FromUnsignedLongLong(r->over_lo);
+        PyObject *shift = PyLong_FromLong(64), *high = NULL, *sum = NULL;
+        if (hi && lo && shift && (high = PyNumber_Lshift(hi, shift))) sum = PyNumber_Or(high, lo);
+        if (sum) PyErr_SetObject(PyExc_OverflowError, sum);
+        Py_XDECREF(hi), Py_XDECREF(lo), Py_XDECREF(shift), Py_XDECREF(high), Py_XDECREF(sum);
+        return NULL;
+    }
+    if (rc == BS_SW_EPACKED || rc == BS_SW_EDAMAGED || rc == BS_SW_ENOTXN) {
+        PyErr_SetString(PyExc_ValueError, bs_sw_strerror(rc));
+        return NULL;
+    }
+    PyObject *args = Py_BuildValue("(is)", rc, bs_sw_strerror(rc));
+    if (args) PyErr_SetObject(LmdbError, args);
+    Py_XDECREF(args);
+    return NULL;
+}
+
+static bs_sw *sw_of(StoreWriterObject *self) {
+    if (!self->w) PyErr_SetString(PyExc_ValueError, "the store writer is closed");
+    return self->w;
+}
+
+static PyObject *sw_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
+    static char *keywords[] = {"path", "map_size", NULL};
+    PyObject *path;
+    unsigned long long map_size;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O&K:StoreWriter", keywords, PyUnicode_FSConverter, &path, &map_size))
+        return NULL;
+    StoreWriterObject *self = (StoreWriterObject *)type->tp_alloc(type, 0);
+    if (!self) {
+        Py_DECREF(path);
+        return NULL;
+    }
+    int rc;
+    bs_sw *w = NULL;
+    Py_BEGIN_ALLOW_THREADS
+    rc = bs_sw_open(PyBytes_AS_STRING(path), (size_t)map_size, &w);
+    Py_END_ALLOW_THREADS
+    Py_DECREF(path);
+    if (rc) {
+        Py_DECREF(self);
+        return sw_error(rc, NULL);
+    }
+    self->w = w;
+    return (PyObject *)self;
+}
+
+static void sw_dealloc(StoreWriterObject *self) {
+    bs_sw_close(self->w);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *sw_close(StoreWriterObject *self, PyObject *unused) {
+    bs_sw *w = self->w;
+    self->w = NULL;
+    Py_BEGIN_ALLOW_THREADS
+    bs_sw_close(w);
+    Py_END_ALLOW_THREADS
+    Py_RETURN_NONE;
+}
+
+static PyObject *sw_map_size(StoreWriterObject *self, PyObject *unused) {
+    bs_sw *w = sw_of(self);
+    return w ? PyLong_FromSize_t(bs_sw_map_size(w)) : NULL;
+}
+
+static PyObject *sw_set_map_size(StoreWriterObject *self, PyObject *arg) {
+    bs_sw *w = sw_of(self);
+    size_t size = w ? PyLong_AsSize_t(arg) : 0;
+    if (!w || (size == (size_t)-1 && PyErr_Occurred())) return NULL;
+    int rc = bs_sw_set_map_size(w, size);
+    if (rc) return sw_error(rc, NULL);
+    Py_RETURN_NONE;
+}
+
+static PyObject *sw_max_key(StoreWriterObject *self, PyObject *unused) {
+    bs_sw *w = sw_of(self);
+    return w ? PyLong_FromSize_t(bs_sw_max_key(w)) : NULL;
+}
+
+static PyObject *sw_begin(StoreWriterObject *self, PyObject *unused) {
+    bs_sw *w = sw_of(self);
+    if (!w) return NULL;
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = bs_sw_begin(w);
+    Py_END_ALLOW_THREADS
+    if (rc) return sw_error(rc, NULL);
+    Py_RETURN_NONE;
+}
+
+static PyObject *sw_commit(StoreWriterObject *self, PyObject *unused) {
+    bs_sw *w = sw_of(self);
+    if (!w) return NULL;
+    int rc;
+    Py_BEGIN_ALLOW_THREADS /* the commit syncs the file */
+    rc = bs_sw_commit(w);
+    Py_END_ALLOW_THREADS
+    if (rc) return sw_error(rc, NULL);
+    Py_RETURN_NONE;
+}
+
+static PyObject *sw_abort(StoreWriterObject *self, PyObject *unused) {
+    if (self->w) bs_sw_abort(self->w);
+    Py_RETURN_NONE;
+}
+
+static PyObject *sw_get(StoreWriterObject *self, PyObject *args) {
+    int db;
+    Py_buffer key;
+    bs_sw *w = sw_of(self);
+    if (!w || !PyArg_ParseTuple(args, "iy*:get", &db, &key)) return NULL;
+    const uint8_t *val;
+    size_t vlen;
+    int rc = bs_sw_get(w, db, key.buf, (size_t)key.len, &val, &vlen);
+    PyBuffer_Release(&key);
+    if (rc == MDB_NOTFOUND) Py_RETURN_NONE;
+    if (rc) return sw_error(rc, NULL);
+    return PyBytes_FromStringAndSize((const char *)val, (Py_ssize_t)vlen);
+}
+
+static PyObject *sw_put(StoreWriterObject *self, PyObject *args) {
+    int db;
+    Py_buffer key, value;
+    bs_sw *w = sw_of(self);
+    if (!w || !PyArg_ParseTuple(args, "iy*y*:put", &db, &key, &value)) return NULL;
+    int rc = bs_sw_put(w, db, key.buf, (size_t)key.len, value.buf, (size_t)value.len);
+    PyBuffer_Release(&key);
+    PyBuffer_Release(&value);
+    if (rc) return sw_error(rc, NULL);
+    Py_RETURN_NONE;
+}
+
+static PyObject *sw_delete(StoreWriterObject *self, PyObject *args) {
+    int db;
+    Py_buffer key;
+    bs_sw *w = sw_of(self);
+    if (!w || !PyArg_ParseTuple(args, "iy*:delete", &db, &key)) return NULL;
+    int rc = bs_sw_del(w, db, key.buf, (size_t)key.len);
+    PyBuffer_Release(&key);
+    if (rc == MDB_NOTFOUND) Py_RETURN_FALSE;
+    if (rc) return sw_error(rc, NULL);
+    Py_RETURN_TRUE;
+}
+
+static PyObject *sw_first_from(StoreWriterObject *self, PyObject *args) {
+    int db;
+    Py_buffer key;
+    bs_sw *w = sw_of(self);
+    if (!w || !PyArg_ParseTuple(args, "iy*:first_from", &db, &key)) return NULL;
+    const uint8_t *k, *v;
+    size_t kl, vl;
+    int rc = bs_sw_first_from(w, db, key.buf, (size_t)key.len, &k, &kl, &v, &vl);
+    PyBuffer_Release(&key);
+    if (rc == MDB_NOTFOUND) Py_RETURN_NONE;
+    if (rc) return sw_error(rc, NULL);
+    return Py_BuildValue("(y#y#)", (const char *)k, (Py_ssize_t)kl, (const char *)v, (Py_ssize_t)vl);
+}
+
+static PyObject *sw_stat(StoreWriterObject *self, PyObject *args) {
+    int db;
+    bs_sw *w = sw_of(self);
+    if (!w || !PyArg_ParseTuple(args, "i:stat", &db)) return NULL;
+    uint64_t entries, pages;
+    int rc = bs_sw_entries(w, db, &entries);
+    if (!rc) rc = bs_sw_pages(w, db, &pages);
+    if (rc) return sw_error(rc, NULL);
+    return Py_BuildValue("(KK)", (unsigned long long)entries, (unsigned long long)pages);
+}
+
+/* (new, new_bytes, total, [(key, count) of the entries left to the caller]) */
+static PyObject *sw_result(const bs_sw_result *r) {
+    PyObject *skipped = PyList_New((Py_ssize_t)r->n_skipped);
+    for (size_t i = 0; skipped && i < r->n_skipped; i++) {
+        PyObject *item = Py_BuildValue("(y#K)", (const char *)r->skipped[i].key, (Py_ssize_t)r->skipped[i].len,
+                                       (unsigned long long)r->skipped[i].count);
+        if (!item) Py_CLEAR(skipped);
+        else PyList_SET_ITEM(skipped, (Py_ssize_t)i, item);
+    }
+    if (!skipped) return NULL;
+    PyObject *top = PyList_New((Py_ssize_t)r->n_top);
+    for (size_t i = 0; top && i < r->n_top; i++) {
+        PyObject *item = Py_BuildValue("(Ky#)", (unsigned long long)r->top[i].count, (const char *)r->top[i].key,
+                                       (Py_ssize_t)r->top[i].len);
+        if (!item) Py_CLEAR(top);
+        else PyList_SET_ITEM(top, (Py_ssize_t)i, item);
+    }
+    if (!top) { Py_DECREF(skipped); return NULL; }
+    PyObject *hi = PyLong_FromUnsignedLongLong(r->total_hi), *lo = PyLong_FromUnsignedLongLong(r->total_lo);
+    PyObject *shift = PyLong_FromLong(64), *high = NULL, *total = NULL, *result = NULL;
+    if (hi && lo && shift && (high = PyNumber_Lshift(hi, shift))) total = PyNumber_Or(high, lo);
+    if (total)
+        result = Py_BuildValue("(KKOOO)", (unsigned long long)r->new_keys, (unsigned long long)r->new_bytes, total,
+                               skipped, top);
+    Py_XDECREF(hi), Py_XDECREF(lo), Py_XDECREF(shift), Py_XDECREF(high), Py_XDECREF(total);
+    Py_DECREF(skipped);
+    Py_DECREF(top);
+    return result;
+}
+
+static PyObject *sw_add(StoreWriterObject *self, PyObject *args, int chunk) {
+    Py_buffer buf;
+    bs_sw *w = sw_of(self);
+    unsigned long long floor = UINT64_MAX; /* (none: no entry is listed) */
+    if (!w || !PyArg_ParseTuple(args, chunk ? "y*|K:add_chunk" : "y*|K:add_run", &buf, &floor)) return NULL;
+    bs_sw_result r;
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = chunk ? bs_sw_add_chunk(w, buf.buf, (size_t)buf.len, floor, &r)
+               : bs_sw_add_run(w, buf.buf, (size_t)buf.len, floor, &r);
+    Py_END_ALLOW_THREADS
+    PyObject *result = rc == BS_SW_EINELIGIBLE ? Py_NewRef(Py_None) : rc ? sw_error(rc, &r) : sw_result(&r);
+    bs_sw_result_free(&r); /* (the skipped keys point into buf: released after) */
+    PyBuffer_Release(&buf);
+    return result;
+}
+
+static PyObject *sw_add_run(StoreWriterObject *self, PyObject *args) { return sw_add(self, args, 0); }
+static PyObject *sw_add_chunk(StoreWriterObject *self, PyObject *args) { return sw_add(self, args, 1); }
+
+static PyObject *sw_stage_run(StoreWriterObject *self, PyObject *args) {
+    Py_buffer run, prefix;
+    Py_ssize_t chunk_keys;
+    bs_sw *w = sw_of(self);
+    if (!w || !PyArg_ParseTuple(args, "y*ny*:stage_run", &run, &chunk_keys, &prefix)) return NULL;
+    size_t chunks = 0;
+    int rc = chunk_keys > 0 ? 0 : EINVAL;
+    if (!rc) {
+        Py_BEGIN_ALLOW_THREADS
+        rc = bs_sw_stage_run(w, run.buf, (size_t)run.len, (size_t)chunk_keys, prefix.buf, (size_t)prefix.len, &chunks);
+        Py_END_ALLOW_THREADS
+    }
+    PyBuffer_Release(&run);
+    PyBuffer_Release(&prefix);
+    if (rc) return sw_error(rc, NULL);
+    return PyLong_FromSize_t(chunks);
+}
+
+static PyMethodDef sw_methods[] = {
+    {"close", (PyCFunction)sw_close, METH_NOARGS, "close()\n\nAborts an open transaction and closes the environment."},
+    {"map_size", (PyCFunction)sw_map_size, METH_NOARGS, "map_size() -> the environment's map size."},
+    {"set_map_size", (PyCFunction)sw_set_map_size, METH_O, "set_map_size(n)\n\nNo transaction open; 0: the file's."},
+    {"max_key", (PyCFunction)sw_max_key, METH_NOARGS, "max_key() -> LMDB's largest key (bytes)."},
+    {"begin", (PyCFunction)sw_begin, METH_NOARGS, "begin()\n\nStarts the write transaction."},
+    {"commit", (PyCFunction)sw_commit, METH_NOARGS, "commit()\n\nCommits it (synced)."},
+    {"abort", (PyCFunction)sw_abort, METH_NOARGS, "abort()\n\nAborts it (none open: nothing)."},
+    {"get", (PyCFunction)sw_get, METH_VARARGS, "get(db, key) -> bytes or None"},
+    {"put", (PyCFunction)sw_put, METH_VARARGS, "put(db, key, value)"},
+    {"delete", (PyCFunction)sw_delete, METH_VARARGS, "delete(db, key) -> whether it was there"},
+    {"first_from", (PyCFunction)sw_first_from, METH_VARARGS, "first_from(db, key) -> (key, value) of the first >= key, or None"},
+    {"stat", (PyCFunction)sw_stat, METH_VARARGS, "stat(db) -> (entries, pages)"},
+    {"add_run", (PyCFunction)sw_add_run, METH_VARARGS,
+     "add_run(run) -> (new, new_bytes, total, skipped)\n\n"
+     "Adds a sorted run to the words table (see storewrite.h); ``skipped``: (key, count) of the\n"
+     "entries whose keys are not words keys (empty, longer than max_key()), left to the caller.\n"
+     "OverflowError(sum) for a count past 2**63-1, ValueError for a malformed run or a stored\n"
+     "count that is not 8 bytes, LmdbError(code, text): abort the transaction after any."},
+    {"add_chunk", (PyCFunction)sw_add_chunk, METH_VARARGS,
+     "add_chunk(chunk) -> as add_run, or None (nothing written) for a chunk that is not\n"
+     "increasing keys with positive counts."},
+    {"stage_run", (PyCFunction)sw_stage_run, METH_VARARGS,
+     "stage_run(run, chunk_keys, prefix) -> chunks\n\nThe run into meta as msgpack [keys, counts] chunks."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject StoreWriterType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "bpe_stream._fastbpe.StoreWriter",
+    .tp_doc = "StoreWriter(path, map_size)\n\nA store's LMDB environment opened by the vendored LMDB, for\n"
+              "writing (storewrite.h; lmdb_store.py says when it may be open).",
+    .tp_basicsize = sizeof(StoreWriterObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_new = sw_new,
+    .tp_dealloc = (destructor)sw_dealloc,
+    .tp_methods = sw_methods,
+};
+
 static PyObject *set_limit32(PyObject *self, PyObject *args, PyObject *kwds) {
     static char *kwlist[] = {"limit", NULL};
     unsigned long long limit;
@@ -1346,14 +1693,36 @@ static int add_type(PyObject *m, const char *name, PyTypeObject *type) {
     return 0;
 }
 
+static int add_lmdb_error(PyObject *m) {
+    LmdbError = PyErr_NewException("bpe_stream._fastbpe.LmdbError", NULL, NULL);
+    if (!LmdbError) return -1;
+    Py_INCREF(LmdbError);
+    if (PyModule_AddObject(m, "LmdbError", LmdbError) < 0) {
+        Py_DECREF(LmdbError);
+        return -1;
+    }
+    /* the codes the store tells apart (lmdb_store.Store.write) */
+    static const struct {
+        const char *name;
+        int code;
+    } codes[] = {{"MDB_MAP_FULL", MDB_MAP_FULL}, {"MDB_MAP_RESIZED", MDB_MAP_RESIZED},
+                 {"MDB_CORRUPTED", MDB_CORRUPTED}, {"MDB_PAGE_NOTFOUND", MDB_PAGE_NOTFOUND},
+                 {"MDB_INVALID", MDB_INVALID}, {"MDB_PANIC", MDB_PANIC}, {"MDB_BAD_VALSIZE", MDB_BAD_VALSIZE},
+                 {"MDB_VERSION_MISMATCH", MDB_VERSION_MISMATCH}};
+    for (size_t i = 0; i < sizeof codes / sizeof codes[0]; i++)
+        if (PyModule_AddIntConstant(m, codes[i].name, codes[i].code) < 0) return -1;
+    return 0;
+}
+
 PyMODINIT_FUNC PyInit__fastbpe(void) {
     if (PyType_Ready(&MergeLoopType) < 0 || PyType_Ready(&EncoderType) < 0 ||
-        PyType_Ready(&CountTableType) < 0)
+        PyType_Ready(&CountTableType) < 0 || PyType_Ready(&StoreWriterType) < 0)
         return NULL;
     PyObject *m = PyModule_Create(&module);
     if (!m) return NULL;
     if (add_type(m, "MergeLoop", &MergeLoopType) < 0 ||
         add_type(m, "Encoder", &EncoderType) < 0 || add_type(m, "CountTable", &CountTableType) < 0 ||
+        add_type(m, "StoreWriter", &StoreWriterType) < 0 || add_lmdb_error(m) < 0 ||
         add_layout(m) < 0 || add_scan_constants(m) < 0) {
         Py_DECREF(m);
         return NULL;

@@ -20,6 +20,21 @@ the last step writes the records and drops ``pending``.  Whoever opens the store
 finishes a staged batch that a kill cut off, before anything reads the words, so readers
 see every batch whole or not at all, and nothing is counted twice.
 
+Two writers, one layout.  A batch given as a sorted run (:class:`SortedRun`, what counting
+hands over) is written by the native writer (``csrc/storewrite.c``, ``_fastbpe.StoreWriter``:
+the LMDB release py-lmdb bundles, vendored in ``csrc/lmdb``, so one on-disk format): the
+words merged in C with a cursor walk in key order, no Python object per pretoken.  Everything
+else -- the metadata of every transaction (totals, source records, settings, the check
+record), long pretokens, reading, and every write without the extension -- stays on
+py-lmdb, through the same code (:class:`_NativeTxn` has py-lmdb's get/put/delete), so both
+paths write the same transactions with the same content.  Who owns the environment: LMDB
+allows one open of an environment per process (its locks are per process, and closing a
+second handle drops the first one's), so *py-lmdb's handle is open except while the native
+writer runs one write transaction*: :meth:`Store.write` with ``native=True`` closes it,
+opens the native environment, runs and commits the transaction, closes that, and reopens
+py-lmdb's -- also when the transaction fails or is interrupted.  No other code opens the
+native writer.
+
 Every value is a fixed-width integer or msgpack, never pickle: opening a store cannot
 run code.  When the map is full it grows and the transaction is retried whole.
 
@@ -330,6 +345,74 @@ class SortedCounts:
         return len(self.keys)
 
 
+class SortedRun:
+    """Counts as one *run*: ``count.table``'s packed form (per entry a u32 length, the
+    pretoken, a u64 count, all little-endian) with the pretokens strictly increasing --
+    what ``merge_runs_packed`` and ``CountTable.pack(sorted=True)`` give.  The native writer
+    adds it without an object per pretoken.  ``len()``: how many pretokens."""
+
+    __slots__ = ("run", "entries")
+
+    def __init__(self, run, entries: int):
+        self.run, self.entries = run, entries
+
+    def __len__(self) -> int:
+        return self.entries
+
+    def key_bytes(self) -> int:
+        return len(self.run) - _RUN_ENTRY_OVERHEAD * self.entries
+
+    def sorted_counts(self) -> SortedCounts:
+        """The run as two lists (the Python path)."""
+        if _native is not None:
+            return SortedCounts(*_native.merge_runs([self.run]))
+        import struct
+
+        keys, counts, view, off = [], [], memoryview(self.run).cast("B"), 0
+        while off < len(view):
+            (length,) = struct.unpack_from("<I", view, off)
+            keys.append(bytes(view[off + 4:off + 4 + length]))
+            counts.append(struct.unpack_from("<Q", view, off + 4 + length)[0])
+            off += _RUN_ENTRY_OVERHEAD + length
+        return SortedCounts(keys, counts)
+
+
+_RUN_ENTRY_OVERHEAD = 12  # a run's bytes per entry besides its key (csrc/counttable.h)
+_StoreWriter = getattr(_native, "StoreWriter", None)  # None without the extension
+# Whether batches are written by the native writer where it can (tests turn it off to
+# compare the two paths).
+NATIVE_WRITES = True
+
+
+class _NativeTxn:
+    """A write transaction of the native writer (``csrc/storewrite.h``), with the ``get``,
+    ``put`` and ``delete`` of py-lmdb's (``db=`` one of the store's table handles), so that
+    the metadata code (totals, source records, settings, the check record) is one for both."""
+
+    __slots__ = ("writer", "_tables")
+
+    def __init__(self, writer, tables: dict):
+        self.writer, self._tables = writer, {id(handle): i for i, handle in enumerate(map(tables.get, _DB_NAMES))}
+
+    def get(self, key, default=None, db=None):
+        value = self.writer.get(self._tables[id(db)], key)
+        return default if value is None else value
+
+    def put(self, key, value, db=None) -> bool:
+        self.writer.put(self._tables[id(db)], key, value)
+        return True
+
+    def delete(self, key, db=None) -> bool:
+        return self.writer.delete(self._tables[id(db)], key)
+
+    def first_from(self, key, db=None):
+        return self.writer.first_from(self._tables[id(db)], key)
+
+
+_DB_NAMES = [name.decode() for name in _DBS]
+_WORDS, _LONGWORDS = _DB_NAMES.index("words"), _DB_NAMES.index("longwords")  # (the native writer's numbers)
+
+
 _NO_COUNT = bytes(8)  # what add_counts reads for a pretoken the store does not hold (a held count is > 0)
 
 
@@ -365,6 +448,12 @@ def _u64(value: int) -> bytes:
 # What LMDB raises for a file whose structure it cannot follow.
 _DAMAGE = (lmdb.CorruptedError, lmdb.PageNotFoundError, lmdb.InvalidError, lmdb.BadValsizeError,
            lmdb.VersionMismatchError, lmdb.PanicError)
+
+
+# The native writer's codes for the same (``_fastbpe.MDB_*``).
+_NATIVE_DAMAGE = frozenset(
+    getattr(_native, name) for name in ("MDB_CORRUPTED", "MDB_PAGE_NOTFOUND", "MDB_INVALID", "MDB_PANIC",
+                                        "MDB_BAD_VALSIZE", "MDB_VERSION_MISMATCH") if hasattr(_native, name))
 
 
 def _damaged(path: str, what) -> str:
@@ -688,10 +777,19 @@ class Store:
         self.close()
 
     # -- transactions --------------------------------------------------------------
-    def write(self, fn):
+    @property
+    def writes_natively(self) -> bool:
+        """Whether :meth:`write` with ``native=True`` uses the native writer: with the
+        extension built, on a store this process may write and lock."""
+        return NATIVE_WRITES and _StoreWriter is not None and not self.readonly and self.lock
+
+    def write(self, fn, native: bool = False):
         """Run ``fn(txn)`` in one write transaction; grow the map and retry when full.  Any
         other LMDB failure (a full disk) aborts the transaction whole: the store keeps its
-        last commit, and the same command resumes once the cause is gone."""
+        last commit, and the same command resumes once the cause is gone.  ``native``: in a
+        transaction of the native writer (a :class:`_NativeTxn`) where :attr:`writes_natively`."""
+        if native and self.writes_natively:
+            return self._write_native(fn)
         while True:
             try:
                 with self.env.begin(write=True) as txn:
@@ -710,6 +808,61 @@ class Store:
                 raise StoreError(_damaged(self.path, exc)) from None
             except lmdb.Error as exc:
                 raise WriteFailed(_write_failed(self.path, exc), str(exc)) from None
+
+    def _write_native(self, fn):
+        """:meth:`write` in the native writer's environment.  Ownership (see the module
+        docstring): py-lmdb's handle is closed first and reopened after the native one is
+        closed, whatever happens in between -- LMDB allows one open of an environment per
+        process, and a second handle's close would drop the first one's locks."""
+        with _sigint_deferred():
+            map_size = self.env.info()["map_size"]
+            self.env.close()
+        committed = False
+        try:
+            try:
+                writer = _StoreWriter(self.path, map_size)
+            except _native.LmdbError as exc:
+                raise WriteFailed(_write_failed(self.path, exc.args[1]), exc.args[1]) from None
+            try:
+                result = self._native_transaction(writer, fn)
+                committed = True
+                return result
+            finally:
+                map_size = writer.map_size()
+                writer.close()
+        finally:
+            with _sigint_deferred():
+                try:
+                    self.env = _open_env(self.path, map_size, self.readonly, False, self.lock)
+                except lmdb.Error as exc:
+                    raise StoreError(f"cannot reopen the store at {self.path}: {exc}") from None
+                self.db = _open_dbs(self.env, self.readonly, self.path)
+                if committed:  # (the native commit is the file's last, as close() checks)
+                    self._committed = self.env.info()["last_txnid"]
+
+    def _native_transaction(self, writer, fn):
+        while True:
+            try:
+                writer.begin()
+                try:
+                    result = fn(_NativeTxn(writer, self.db))
+                    writer.commit()
+                    return result
+                finally:
+                    writer.abort()  # (nothing once committed)
+            except _native.LmdbError as exc:
+                code, text = exc.args
+                if code == _native.MDB_MAP_FULL:
+                    try:
+                        writer.set_map_size(writer.map_size() * 2)
+                    except _native.LmdbError as grow:
+                        raise WriteFailed(_write_failed(self.path, grow.args[1]), grow.args[1]) from None
+                    continue
+                if code in _NATIVE_DAMAGE:
+                    raise StoreError(_damaged(self.path, text)) from None
+                raise WriteFailed(_write_failed(self.path, text), text) from None
+            except _Garbled as exc:
+                raise StoreError(_damaged(self.path, exc)) from None
 
     @contextmanager
     def reader(self):
@@ -925,7 +1078,9 @@ class Store:
 
     def _keep_top(self, txn, candidates) -> None:
         """Merges ``candidates`` ((new count, pretoken) of this transaction's adds at or above the
-        floor) into the kept top."""
+        floor) into the kept top (none: the record stays as it is, or absent)."""
+        if not candidates:
+            return
         exact, entries = self._top_record(txn)
         merged = dict((w, n) for n, w in entries)
         for n, w in candidates:
@@ -975,6 +1130,10 @@ class Store:
         source records and totals they stand for, atomically as readers see it (see the
         module docstring); ``before(txn)`` runs in the first transaction.  Returns how many
         pretokens were new."""
+        if isinstance(counts, SortedRun):
+            if self.writes_natively:
+                return self._add_run_batch(counts, sources, totals, before)
+            counts = counts.sorted_counts()
         if isinstance(counts, SortedCounts):
             keys, ns = counts.keys, counts.counts
         else:
@@ -982,7 +1141,7 @@ class Store:
             ns = list(map(counts.__getitem__, keys))
         counts = None  # (not kept beside the lists)
         stats = _column_stats(keys, ns) if keys else None
-        chunk_keys = self._stage_chunk_keys(keys, stats[0] if stats else 0)
+        chunk_keys = self._stage_chunk_keys(len(keys), stats[0] if stats else 0)
         if len(keys) <= chunk_keys:
             def whole(txn):
                 if before is not None:
@@ -1019,23 +1178,100 @@ class Store:
                 self.apply_staged()
             raise
 
-    def _stage_chunk_keys(self, keys: list, key_bytes: int) -> int:
-        """How many of ``keys`` (sorted) one transaction may add.  A key can dirty a page of
+    def _add_run_batch(self, counts: SortedRun, sources: dict, totals: dict, before) -> int:
+        """:meth:`add_batch` of a run by the native writer: the same transactions, staging and
+        records as the Python path, the words merged in C (``StoreWriter.add_run``)."""
+        run = counts.run
+        self._ensure_top()
+        chunk_keys = self._stage_chunk_keys(counts.entries, counts.key_bytes())
+        if counts.entries <= chunk_keys:
+            def whole(txn):
+                if before is not None:
+                    before(txn)
+                for key, record in sources.items():
+                    self.put_source(txn, key, record)
+                new, new_bytes = self._added_natively(txn, txn.writer.add_run, run)
+                self.bump_totals(txn, dict(totals, unique=new, unique_bytes=new_bytes))
+                return new
+
+            return self.write(whole, native=True)
+
+        def stage(txn) -> bool:
+            meta = self.db["meta"]
+            if txn.get(_PENDING, db=meta) is not None:
+                return False  # another count's staged batch: finish it first
+            if before is not None:
+                before(txn)
+            txn.writer.stage_run(run, chunk_keys, _STAGED)  # msgpack [keys, counts] chunks, as below
+            txn.put(_PENDING, pack({"sources": list(sources.items()), "totals": totals}), db=meta)
+            return True
+
+        try:
+            while not self.write(stage, native=True):
+                self.apply_staged()
+            run = counts = None  # not needed while the staged chunks are applied
+            return self.apply_staged()
+        except KeyboardInterrupt:
+            with _sigint_deferred():  # (as add_batch: once staged, a batch is committed)
+                self.apply_staged()
+            raise
+
+    def _added_natively(self, txn: _NativeTxn, add, data) -> Optional[Tuple[int, int]]:
+        """``add(data)`` (the writer's add_run or add_chunk) and what it left to Python (long
+        pretokens), the check record bumped: (new pretokens, their bytes); None where add_chunk
+        declined the chunk (nothing written)."""
+        exact, entries = self._top_record(txn)  # (made exact before the batch: _ensure_top)
+        if not exact and not entries and not any(txn.writer.stat(t)[0] for t in (_WORDS, _LONGWORDS)):
+            exact = True  # an empty store: its record starts with this batch, as on the Python path
+        floor = (entries[-1][0] if len(entries) >= TOP_KEPT else 0) if exact else None
+        try:
+            result = add(data) if floor is None else add(data, floor)
+        except OverflowError as exc:
+            _u64(exc.args[0])
+            raise
+        except ValueError as exc:
+            if "not 8 bytes" in str(exc):
+                raise StoreError(_damaged(self.path, exc)) from None
+            raise
+        if result is None:
+            return None
+        new, new_bytes, total, skipped, top = result
+        if skipped:
+            more, more_bytes = self._add_each(txn, skipped, floor, top)
+            new, new_bytes = new + more, new_bytes + more_bytes
+        if floor is None or None in top:
+            self._lose_top(txn)
+        else:
+            self._keep_top(txn, top)
+        self._bump_check(txn, total, new)
+        return new, new_bytes
+
+    def _ensure_top(self) -> None:
+        """The kept top made exact before a native write, which keeps it but cannot read every
+        word in its transaction: an empty store's record started, an old store's rebuilt."""
+        with self.reader() as txn:
+            exact, _ = self._top_record(txn)
+            empty = not self.unique_words(txn)
+        if not exact and not empty:
+            self.write(self._top_floor)  # (rebuilds it)
+
+    def _stage_chunk_keys(self, n_keys: int, key_bytes: int) -> int:
+        """How many of ``n_keys`` sorted keys (of ``key_bytes`` in all) one transaction may add.  A key can dirty a page of
         the words' tree (a copy in this process's memory until the commit), so a store of many
         pages takes STAGE_CHUNK_KEYS a transaction; a store of few has few to dirty besides
         the new keys' own pages, and takes as many as fit STAGE_DIRTY_PAGES -- often the whole
         batch, unstaged (fewer commits, each a sync)."""
-        if len(keys) <= STAGE_CHUNK_KEYS:
-            return len(keys)
+        if n_keys <= STAGE_CHUNK_KEYS:
+            return n_keys
         with self.reader() as txn:
             stat = txn.stat(self.db["words"])
         pages = stat["leaf_pages"] + stat["branch_pages"] + stat["overflow_pages"]
         if pages >= STAGE_DIRTY_PAGES:
             return STAGE_CHUNK_KEYS
         # The new entries' pages: the key, a value and a node header each, pages 2/3 full.
-        per_key = (key_bytes / len(keys) + _ENTRY_OVERHEAD) * 3 / 2 / _PAGE
+        per_key = (key_bytes / n_keys + _ENTRY_OVERHEAD) * 3 / 2 / _PAGE
         fit = int((STAGE_DIRTY_PAGES - pages) / per_key)
-        return min(len(keys), max(STAGE_CHUNK_KEYS, fit))
+        return min(n_keys, max(STAGE_CHUNK_KEYS, fit))
 
     def has_staged_batch(self) -> bool:
         with self.reader() as txn:
@@ -1046,11 +1282,12 @@ class Store:
         chunks applied here were new (another process may be applying the same batch)."""
         new_total = 0
         while True:
-            step = self.write(self._apply_one_chunk)
+            step = self.write(self._apply_one_chunk, native=True)
             if step is None:
                 return new_total
             new_total += step
-            self.remap()
+            if not self.writes_natively:  # (the native writer's map is dropped with it)
+                self.remap()
 
     def _apply_one_chunk(self, txn) -> Optional[int]:
         """Adds the first staged chunk and deletes it (returns how many keys were new), or,
@@ -1060,20 +1297,38 @@ class Store:
         raw = txn.get(_PENDING, db=meta)
         if raw is None:
             return None
-        with txn.cursor(db=meta) as cur:
-            if cur.set_range(_STAGED) and bytes(cur.key()).startswith(_STAGED):
-                chunk_key = bytes(cur.key())
-                keys, values = unpack(cur.value())
-                new, new_bytes = self._add_sorted(txn, keys, values)
-                self.bump_totals(txn, {"unique": new, "unique_bytes": new_bytes})
-                txn.delete(chunk_key, db=meta)
-                return new
+        staged = self._first_staged(txn)
+        if staged is not None:
+            chunk_key, chunk = staged
+            added = self._added_natively(txn, txn.writer.add_chunk, chunk) if isinstance(txn, _NativeTxn) else None
+            if added is None:
+                keys, values = unpack(chunk)
+                if isinstance(txn, _NativeTxn):  # a chunk the native writer declined: counts taken back
+                    added = self._add_each(txn, zip(keys, values))
+                    self._bump_check(txn, sum(values), added[0])
+                    self._lose_top(txn)
+                else:
+                    added = self._add_sorted(txn, keys, values)
+            new, new_bytes = added
+            self.bump_totals(txn, {"unique": new, "unique_bytes": new_bytes})
+            txn.delete(chunk_key, db=meta)
+            return new
         pending = unpack(raw)
         for key, record in pending["sources"]:
             self.put_source(txn, key, record)
         self.bump_totals(txn, pending["totals"])
         txn.delete(_PENDING, db=meta)
         return None
+
+    def _first_staged(self, txn) -> Optional[Tuple[bytes, bytes]]:
+        """The first staged chunk's key and value, or None."""
+        meta = self.db["meta"]
+        if isinstance(txn, _NativeTxn):
+            found = txn.first_from(_STAGED, db=meta)
+        else:
+            with txn.cursor(db=meta) as cur:
+                found = (bytes(cur.key()), bytes(cur.value())) if cur.set_range(_STAGED) else None
+        return found if found is not None and found[0].startswith(_STAGED) else None
 
     def bump_totals(self, txn, delta: dict) -> None:
         info = unpack(txn.get(b"info", db=self.db["meta"]))

@@ -1,0 +1,184 @@
+"""The store written from native code (``csrc/storewrite.c`` through ``Store.write(native=True)``)
+against the Python path (py-lmdb, ``NATIVE_WRITES = False``): the same content, key for key and
+record for record, for random batches, staged or whole, into new stores and into stores the
+Python path wrote (what every release before the native writer made); and the rule of who
+owns the environment when."""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+import lmdb
+import pytest
+from conftest import fewer_examples
+from hypothesis import given
+from hypothesis import strategies as st
+
+from bpe_stream.count.counting import count_sources, make_settings
+from bpe_stream.count.table import pack_counts
+from bpe_stream.inputs.reader import Source
+from bpe_stream.store import lmdb_store as store_mod
+from bpe_stream.store.lmdb_store import SortedRun, Store, StoreError
+
+NEEDS_WRITER = pytest.mark.skipif(store_mod._StoreWriter is None, reason="the native writer needs the C extension")
+
+GPT2 = make_settings("gpt2", ["<|endoftext|>"])
+TOTALS = {"bytes": 7, "documents": 1, "pretokens": 3, "specials": 0}
+
+
+def run_of(counts: dict) -> SortedRun:
+    return SortedRun(pack_counts(dict(sorted(counts.items()))), len(counts))
+
+
+def content(path) -> dict:
+    """Every key and value of every table, as the file holds them."""
+    env = lmdb.open(str(path), max_dbs=8, readonly=True, lock=False)
+    try:
+        out = {}
+        with env.begin() as txn:
+            for name in store_mod._DBS:
+                with txn.cursor(db=env.open_db(name, txn=txn, create=False)) as cur:
+                    out[name] = [(bytes(k), bytes(v)) for k, v in cur]
+        return out
+    finally:
+        env.close()
+
+
+def write_batches(path, batches, native: bool, monkeypatch, first_python: int = 0):
+    """Each batch through add_batch (its source record and totals with it); the first
+    ``first_python`` by the Python path whatever ``native`` says (an older store)."""
+    with Store.open(path, create=True) as st_:
+        for i, counts in enumerate(batches):
+            monkeypatch.setattr(store_mod, "NATIVE_WRITES", native and i >= first_python)
+            st_.add_batch(run_of(counts), {b"file%d" % i: {"offset": i, "done": False}}, TOTALS,
+                          before=lambda txn: st_.settings_in(txn, GPT2))
+    return content(path)
+
+
+# pretokens of every kind: empty (a longwords key), short, sharing prefixes, past LMDB's 511
+_pretokens = st.binary(max_size=6) | st.sampled_from([b"a", b"ab", b"abc", b"b", b"\xff"]) | st.binary(min_size=505,
+                                                                                                         max_size=515)
+_batches = st.lists(st.dictionaries(_pretokens, st.integers(1, 2**40), max_size=40), min_size=1, max_size=5)
+
+
+@NEEDS_WRITER
+@fewer_examples(40)
+@given(batches=_batches, chunk_keys=st.integers(1, 9), staged=st.booleans(), first_python=st.integers(0, 5))
+def test_native_writes_equal_python_writes(tmp_path, monkeypatch, batches, chunk_keys, staged, first_python):
+    """Random batches, whole or staged in chunks, into a new store or one whose first batches
+    the Python path wrote: every table equal to the Python path's, byte for byte per value."""
+    if staged:
+        monkeypatch.setattr(store_mod, "STAGE_CHUNK_KEYS", chunk_keys)
+        monkeypatch.setattr(store_mod, "STAGE_DIRTY_PAGES", 0)
+    base = Path(tempfile.mkdtemp(dir=tmp_path))
+    python = write_batches(base / "python", batches, False, monkeypatch)
+    native = write_batches(base / "native", batches, True, monkeypatch, first_python)
+    assert native == python
+    assert not any(k.startswith(b"staged/") or k == b"pending" for k, _ in native[b"meta"])
+
+
+@NEEDS_WRITER
+def test_a_store_of_the_previous_release_opens_and_adds_up(tmp_path, monkeypatch, corpus_files):
+    """A store counted by the Python path (as every release before the native writer wrote
+    them), then counted on by the native writer: equal to one counted by the Python path
+    throughout, and to the oracle's words."""
+    files = [str(p) for p in corpus_files]  # (a dict: path -> bytes)
+    first, rest = files[:2], files[2:]
+
+    def count(path, names, native):
+        monkeypatch.setattr(store_mod, "NATIVE_WRITES", native)
+        with Store.open(path, create=True) as st_:
+            count_sources(st_, [Source.from_arg(p) for p in names], GPT2, range_bytes=65536)
+
+    count(tmp_path / "old", first, False)
+    count(tmp_path / "old", rest, True)
+    count(tmp_path / "python", first, False)
+    count(tmp_path / "python", rest, False)
+    old, python = content(tmp_path / "old"), content(tmp_path / "python")
+    assert old == python and len(old[b"words"]) > 100
+
+
+@NEEDS_WRITER
+def test_py_lmdb_is_closed_while_the_native_writer_holds_the_environment(store_dir, monkeypatch):
+    """The ownership rule (module docstring): inside a native transaction py-lmdb's handle
+    is closed; after it, and after a native transaction that failed, py-lmdb's is open again."""
+    seen = []
+    with Store.open(store_dir, create=True) as st_:
+        def before(txn):
+            with pytest.raises(lmdb.Error):
+                st_.env.info()  # closed: LMDB allows one open of an environment per process
+            seen.append(type(txn).__name__)
+            st_.settings_in(txn, GPT2)
+
+        st_.add_batch(run_of({b"a": 1, b"b": 2}), {}, TOTALS, before=before)
+        assert seen == ["_NativeTxn"]
+        assert st_.count_of(b"b") == 2  # py-lmdb's handle reopened
+        with pytest.raises(StoreError, match=r"would pass 2\*\*63-1"):
+            st_.add_batch(run_of({b"a": 2**63 - 1, b"c": 1}), {b"f": {"offset": 1}}, TOTALS)
+        assert st_.count_of(b"a") == 1 and st_.count_of(b"c") == 0  # the failed batch left nothing
+        with st_.reader() as txn:
+            assert st_.source(txn, b"f") is None and st_.totals(txn)["bytes"] == TOTALS["bytes"]
+
+
+@NEEDS_WRITER
+def test_a_staged_take_back_is_applied_by_the_native_writer_as_by_python(tmp_path, monkeypatch):
+    """Negative counts (``count --recount`` taking a file's counts back) are staged by the Python
+    path; the native writer declines those chunks and Python adds them in its transaction."""
+    monkeypatch.setattr(store_mod, "STAGE_CHUNK_KEYS", 2)
+    monkeypatch.setattr(store_mod, "STAGE_DIRTY_PAGES", 0)
+    results = []
+    for native in (False, True):
+        monkeypatch.setattr(store_mod, "NATIVE_WRITES", native)
+        path = tmp_path / f"s{native}"
+        with Store.open(path, create=True) as st_:
+            st_.ensure_settings(GPT2)
+            st_.add_batch(run_of({b"a": 3, b"b": 2, b"c": 1, b"x" * 600: 4}), {}, TOTALS)
+            st_.add_batch({b"a": -1, b"b": -2, b"c": -1, b"x" * 600: -4}, {}, {"bytes": -1})
+            assert dict(st_.iter_words(st_.env.begin())) == {b"a": 2}
+        results.append(content(path))
+    assert results[0] == results[1]
+
+
+@NEEDS_WRITER
+def test_a_damaged_count_is_a_store_error(store_dir):
+    with Store.open(store_dir, create=True) as st_:
+        st_.ensure_settings(GPT2)
+        st_.add_batch(run_of({b"a": 1}), {}, TOTALS)
+        st_.write(lambda txn: txn.put(b"b", b"123", db=st_.db["words"]))  # 3 bytes, not 8
+        with pytest.raises(StoreError, match="damaged"):
+            st_.add_batch(run_of({b"a": 1, b"b": 1}), {}, TOTALS)
+
+
+@NEEDS_WRITER
+@pytest.mark.parametrize("workers", [1, 2])
+def test_count_writes_the_same_store_natively(tmp_path, monkeypatch, corpus_files, workers):
+    """``count_sources`` hands its batches to the native writer as one run each
+    (``_Batch.take_counts(packed=True)``): the store equals the Python path's, for one
+    worker's table and for several workers' runs, over several batches."""
+    results, real = [], Store.add_batch
+    for native in (True, False):
+        monkeypatch.setattr(store_mod, "NATIVE_WRITES", native)
+        calls = []
+
+        def add_batch(self, counts, *a, calls=calls, **k):
+            calls.append(type(counts).__name__)
+            return real(self, counts, *a, **k)
+
+        monkeypatch.setattr(Store, "add_batch", add_batch)
+        with Store.open(tmp_path / f"s{native}", create=True) as st_:
+            count_sources(st_, [Source.from_arg(str(p)) for p in corpus_files], GPT2, workers=workers,
+                          range_bytes=65536, max_memory=4 << 20)
+        assert len(calls) > 1 and set(calls) == {"SortedRun" if native else "SortedCounts"}, calls
+        results.append(content(tmp_path / f"s{native}"))
+    assert results[0] == results[1]
+
+
+def test_a_run_becomes_the_python_path_s_lists_with_or_without_the_extension(monkeypatch):
+    counts = {b"": 2, b"a": 1, b"ab": 3, b"b" * 600: 4, "中".encode(): 5}
+    want = (sorted(counts), [counts[k] for k in sorted(counts)])
+    run = run_of(counts)
+    assert (run.sorted_counts().keys, run.sorted_counts().counts) == want
+    monkeypatch.setattr(store_mod, "_native", None)  # (pure Python: the run parsed by struct)
+    assert (run.sorted_counts().keys, run.sorted_counts().counts) == want
+    assert run.key_bytes() == sum(map(len, counts)) and len(run) == 5
