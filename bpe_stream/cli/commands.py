@@ -526,6 +526,16 @@ def export(
             say(quiet, f"warning: {warning}")
 
 
+def _merge_prefixes(merges: Optional[str]) -> Optional[List[int]]:
+    """``--merges 0,16,32`` of eval and report (None: the whole tokenizer)."""
+    if not merges:
+        return None
+    try:
+        return [int(x) for x in merges.split(",") if x.strip()]
+    except ValueError:
+        raise typer.BadParameter(f"--merges takes numbers separated by commas, not {merges!r}") from None
+
+
 @app.command(name="eval")
 def eval_(
     paths: List[str] = typer.Argument(None, help="Held-out text files (each one document); none or '-' reads stdin."),
@@ -542,12 +552,7 @@ def eval_(
 
     with user_errors():
         stdout_binary()
-        prefixes = None
-        if merges:
-            try:
-                prefixes = [int(x) for x in merges.split(",") if x.strip()]
-            except ValueError:
-                raise typer.BadParameter(f"--merges takes numbers separated by commas, not {merges!r}") from None
+        prefixes = _merge_prefixes(merges)
         tok = load_any(tokenizer)
         sources = [Source.from_arg(p) for p in _inputs(paths)]
         if prefixes is not None and any(s.is_stdin for s in sources) and len(prefixes) > 1:
@@ -614,12 +619,7 @@ def report(
 
     with user_errors():
         check_output(output)
-        prefixes = None
-        if merges:
-            try:
-                prefixes = [int(x) for x in merges.split(",") if x.strip()]
-            except ValueError:
-                raise typer.BadParameter(f"--merges takes numbers separated by commas, not {merges!r}") from None
+        prefixes = _merge_prefixes(merges)
         sources = [Source.from_arg(p) for p in paths]
         if any(s.is_stdin for s in sources):
             raise typer.BadParameter("report reads its files several times: give files, not stdin")

@@ -282,7 +282,7 @@ class Tokenizer:
         >>> import tempfile
         >>> from bpe_stream.formats.gpt2 import save_gpt2
         >>> with tempfile.TemporaryDirectory() as d:
-        ...     vocab_json, merges_txt = save_gpt2(Tokenizer(tok.vocab, tok.merges, tok.symbols), d)
+        ...     vocab_json, merges_txt = save_gpt2(Tokenizer(tok.vocab, tok.merges, tok.symbols), d)[:2]
         ...     again = Tokenizer.from_files(vocab_json, merges_txt)
         >>> again.special_tokens, again.encode("abc<|end|>")
         (['<|end|>'], [256, 99, 258])
