@@ -1142,17 +1142,52 @@ class Store:
         counts = None  # (not kept beside the lists)
         stats = _column_stats(keys, ns) if keys else None
         chunk_keys = self._stage_chunk_keys(len(keys), stats[0] if stats else 0)
-        if len(keys) <= chunk_keys:
-            def whole(txn):
+        whole = len(keys) <= chunk_keys
+        batch = [keys, ns]  # (emptied once staged: not needed while the chunks are applied)
+        del keys, ns
+
+        def add_words(txn):
+            return self._add_sorted(txn, *batch, increasing=True, stats=stats)
+
+        def stage_words(txn):
+            keys, ns = batch
+            for number, i in enumerate(range(0, len(keys), chunk_keys)):
+                txn.put(_STAGED + number.to_bytes(4, "big"), pack([keys[i:i + chunk_keys], ns[i:i + chunk_keys]]),
+                        db=self.db["meta"])
+
+        return self._write_batch(whole, add_words, stage_words, sources, totals, before, False, batch.clear)
+
+    def _add_run_batch(self, counts: SortedRun, sources: dict, totals: dict, before) -> int:
+        """:meth:`add_batch` of a run by the native writer: the same transactions, staging and
+        records as the Python path, the words merged in C (``StoreWriter.add_run``)."""
+        self._ensure_top()
+        chunk_keys = self._stage_chunk_keys(counts.entries, counts.key_bytes())
+        whole = counts.entries <= chunk_keys
+        batch = [counts.run]  # (emptied once staged, as add_batch's)
+        del counts
+        return self._write_batch(
+            whole, lambda txn: self._added_natively(txn, txn.writer.add_run, batch[0]),
+            lambda txn: txn.writer.stage_run(batch[0], chunk_keys, _STAGED),  # msgpack [keys, counts] chunks
+            sources, totals, before, True, batch.clear)
+
+    def _write_batch(self, whole: bool, add_words, stage_words, sources: dict, totals: dict, before,
+                     native: bool, release) -> int:
+        """One batch into the store, either path (``native``): in one transaction when it is
+        ``whole`` (``add_words(txn)`` -> (new, new_bytes)), else staged -- its chunks written by
+        ``stage_words(txn)`` with the pending records, then applied a chunk a transaction (see
+        the module docstring), after ``release()`` let the batch's words go.  Returns how many
+        pretokens were new."""
+        if whole:
+            def one(txn):
                 if before is not None:
                     before(txn)
                 for key, record in sources.items():
                     self.put_source(txn, key, record)
-                new, new_bytes = self._add_sorted(txn, keys, ns, increasing=True, stats=stats)
+                new, new_bytes = add_words(txn)
                 self.bump_totals(txn, dict(totals, unique=new, unique_bytes=new_bytes))
                 return new
 
-            return self.write(whole)
+            return self.write(one, native=native)
 
         def stage(txn) -> bool:
             meta = self.db["meta"]
@@ -1160,59 +1195,20 @@ class Store:
                 return False  # another count's staged batch: finish it first
             if before is not None:
                 before(txn)
-            for number, i in enumerate(range(0, len(keys), chunk_keys)):
-                txn.put(_STAGED + number.to_bytes(4, "big"), pack([keys[i:i + chunk_keys], ns[i:i + chunk_keys]]), db=meta)
+            stage_words(txn)
             txn.put(_PENDING, pack({"sources": list(sources.items()), "totals": totals}), db=meta)
             return True
 
         try:
-            while not self.write(stage):
+            while not self.write(stage, native=native):
                 self.apply_staged()
-            keys = ns = None  # not needed while the staged chunks are applied
+            release()
             return self.apply_staged()
         except KeyboardInterrupt:
             # Once staged, a batch is committed: a kill -9 now is finished by the next
             # opener.  So Ctrl-C finishes it here too (a second Ctrl-C waits), and what the
             # interrupted count then says the store keeps is what it keeps.
             with _sigint_deferred():
-                self.apply_staged()
-            raise
-
-    def _add_run_batch(self, counts: SortedRun, sources: dict, totals: dict, before) -> int:
-        """:meth:`add_batch` of a run by the native writer: the same transactions, staging and
-        records as the Python path, the words merged in C (``StoreWriter.add_run``)."""
-        run = counts.run
-        self._ensure_top()
-        chunk_keys = self._stage_chunk_keys(counts.entries, counts.key_bytes())
-        if counts.entries <= chunk_keys:
-            def whole(txn):
-                if before is not None:
-                    before(txn)
-                for key, record in sources.items():
-                    self.put_source(txn, key, record)
-                new, new_bytes = self._added_natively(txn, txn.writer.add_run, run)
-                self.bump_totals(txn, dict(totals, unique=new, unique_bytes=new_bytes))
-                return new
-
-            return self.write(whole, native=True)
-
-        def stage(txn) -> bool:
-            meta = self.db["meta"]
-            if txn.get(_PENDING, db=meta) is not None:
-                return False  # another count's staged batch: finish it first
-            if before is not None:
-                before(txn)
-            txn.writer.stage_run(run, chunk_keys, _STAGED)  # msgpack [keys, counts] chunks, as below
-            txn.put(_PENDING, pack({"sources": list(sources.items()), "totals": totals}), db=meta)
-            return True
-
-        try:
-            while not self.write(stage, native=True):
-                self.apply_staged()
-            run = counts = None  # not needed while the staged chunks are applied
-            return self.apply_staged()
-        except KeyboardInterrupt:
-            with _sigint_deferred():  # (as add_batch: once staged, a batch is committed)
                 self.apply_staged()
             raise
 
