@@ -132,6 +132,17 @@ class Tokenizer:
 
     # -- construction ----------------------------------------------------------------
     def _check_and_index(self) -> None:
+        """Check the symbols, the byte tokens and the merges, then build what decode and
+        encode look up (in that order: the first failed check is the one reported)."""
+        symbol_ids = self._index_symbols()
+        self._index_bytes(symbol_ids)
+        self._check_merges()
+        self._ranks: Optional[Dict[int, Tuple[int, int]]] = None  # built on first use (``ranks``)
+        self._index_decoding()
+        self._index_encoding()
+
+    def _index_symbols(self) -> set:
+        """Check each symbol against the vocabulary and note its role's id; return the ids."""
         vocab = self.vocab
         symbol_ids = set()
         self.special_ids: Dict[str, int] = {}
@@ -156,6 +167,11 @@ class Tokenizer:
                 self.doc_start_id = sid
             else:
                 self.doc_end_id = sid
+        return symbol_ids
+
+    def _index_bytes(self, symbol_ids: set) -> None:
+        """``byte_ids``: the token of each of the 256 bytes (symbols aside); fails on a missing one."""
+        vocab = self.vocab
         byte_ids = {}
         # The one-byte tokens, in vocabulary order (C-level filter: the vocabulary is large).
         for tid in compress(vocab, map((1).__eq__, map(len, vocab.values()))):
@@ -168,8 +184,11 @@ class Tokenizer:
             )
         self.byte_ids = [byte_ids[b] for b in range(256)]
         self._native_bytes = all(self.byte_ids[b] == b for b in range(256))
-        self._check_merges()
-        self._ranks: Optional[Dict[int, Tuple[int, int]]] = None  # built on first use (``ranks``)
+
+    def _index_decoding(self) -> None:
+        """The dense id -> bytes table decode reads (and the ids that end in the word-end marker);
+        fails when the ids are too sparse for it."""
+        vocab = self.vocab
         marker_ends = set([self.marker_id]) if self.marker_id is not None else set()
         if marker_ends:
             for _left, right, new in self.merges:
@@ -192,6 +211,10 @@ class Tokenizer:
                 f"the ids reach {self._max_id} for {len(vocab)} tokens; a tokenizer's ids must be (nearly) dense"
             )
         self._dense = list(map(out.get, range(self._max_id + 1)))
+
+    def _index_encoding(self) -> None:
+        """The special-token splitter, the pretokenizer's split, the cache and (when the C
+        extension is there) the C encoder."""
         self.splitter = SpecialSplitter(list(self.special_ids))
         # pretokens of special-free text, as ``self.pretokenizer.split`` gives them
         self._split = fast_split(self.pretokenizer)

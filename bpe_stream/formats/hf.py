@@ -304,11 +304,10 @@ def _doc_boundaries(post, where: str) -> Tuple[Optional[Tuple[str, int]], Option
     raise TokenizerError(f"{where}: the post-processor {kind!r} is not supported; use ByteLevel or TemplateProcessing")
 
 
-def from_hf_document(doc: dict, where: str = "tokenizer.json") -> Tokenizer:
-    model = doc["model"]
-    _check_model(model, where)
-    _check_normalizer(doc.get("normalizer"), where)
-    pretokenizer = _pretokenizer_from_hf(doc.get("pre_tokenizer"), where)
+def _hf_vocab(model: dict, where: str):
+    """The BPE model's vocab object as ``(vocab, text_to_id, id_to_text)``: ``{id: bytes}``
+    (printable byte-level text decoded, other text as its UTF-8), text to id, and each id's
+    first text."""
     raw_vocab = model.get("vocab")
     if not isinstance(raw_vocab, dict):
         raise TokenizerError(f"{where}: the BPE model has no vocab object")
@@ -324,6 +323,13 @@ def from_hf_document(doc: dict, where: str = "tokenizer.json") -> Tokenizer:
             vocab[tid] = from_printable(text)
         except KeyError:
             vocab[tid] = text.encode("utf-8")
+    return vocab, text_to_id, id_to_text
+
+
+def _hf_added_tokens(doc: dict, vocab: Dict[int, bytes], text_to_id: Dict[str, int], id_to_text: Dict[int, str],
+                     where: str) -> List[Tuple[int, str, str]]:
+    """The added tokens as special symbols, each also put in ``vocab`` as its UTF-8; fails on
+    the flags bpe-stream does not support and on an id the vocab gives to another token."""
     symbols: List[Tuple[int, str, str]] = []
     for entry in doc.get("added_tokens") or []:
         content, tid = entry.get("content"), entry.get("id")
@@ -342,13 +348,12 @@ def from_hf_document(doc: dict, where: str = "tokenizer.json") -> Tokenizer:
                                  f"{model_text[:40]!r}; one id cannot be two tokens")
         vocab[tid] = content.encode("utf-8")
         symbols.append((tid, "special", content))
-    start, end = _doc_boundaries(doc.get("post_processor"), where)
-    for role, found in (("doc_start", start), ("doc_end", end)):
-        if found is not None:
-            text, tid = found
-            if tid not in vocab:
-                vocab[tid] = text.encode("utf-8")
-            symbols.append((tid, role, text))
+    return symbols
+
+
+def _hf_merges(model: dict, text_to_id: Dict[str, int], where: str) -> list:
+    """The BPE model's merges (``"left right"`` strings or ``[left, right]`` lists) as
+    ``(left, right, new)`` id triples, in rank order."""
     raw_merges = model.get("merges")
     if not isinstance(raw_merges, list):
         raise TokenizerError(f"{where}: the BPE model has no merges list")
@@ -367,6 +372,24 @@ def from_hf_document(doc: dict, where: str = "tokenizer.json") -> Tokenizer:
         if None in ids:
             raise TokenizerError(f"{where}: merge {rank} ({left!r} {right!r}) names a token missing from the vocab")
         merges.append(ids)
+    return merges
+
+
+def from_hf_document(doc: dict, where: str = "tokenizer.json") -> Tokenizer:
+    model = doc["model"]
+    _check_model(model, where)
+    _check_normalizer(doc.get("normalizer"), where)
+    pretokenizer = _pretokenizer_from_hf(doc.get("pre_tokenizer"), where)
+    vocab, text_to_id, id_to_text = _hf_vocab(model, where)
+    symbols = _hf_added_tokens(doc, vocab, text_to_id, id_to_text, where)
+    start, end = _doc_boundaries(doc.get("post_processor"), where)
+    for role, found in (("doc_start", start), ("doc_end", end)):
+        if found is not None:
+            text, tid = found
+            if tid not in vocab:
+                vocab[tid] = text.encode("utf-8")
+            symbols.append((tid, role, text))
+    merges = _hf_merges(model, text_to_id, where)
     try:
         return Tokenizer(vocab, merges, symbols, pretokenizer=pretokenizer, tie_break=None)
     except (TokenizerError, PretokenizeError) as exc:

@@ -92,7 +92,35 @@ def from_document(doc: dict) -> Tokenizer:
     pre = doc.get("pretokenizer")
     if not isinstance(pre, dict) or not isinstance(pre.get("name"), str):
         _fail("no pretokenizer")
-    raw_vocab = doc.get("vocab")
+    vocab = _read_vocab(doc.get("vocab"))
+    merges = doc.get("merges")
+    if not isinstance(merges, list) or not (_int_triples(merges) or all(
+        isinstance(m, list) and len(m) == 3 and all(isinstance(x, int) for x in m) for m in merges
+    )):
+        _fail("merges are not [left, right, new] id triples")
+    symbols = doc.get("symbols", [])
+    if not isinstance(symbols, list) or not all(
+        isinstance(s, dict) and isinstance(s.get("id"), int) and s.get("role") in SYMBOL_ROLES and isinstance(s.get("text"), str)
+        for s in symbols
+    ):
+        _fail("symbols are not {id, role, text} records")
+    name = pre["name"]
+    _check_recorded_pattern(pre)
+    try:
+        return Tokenizer(
+            vocab,
+            [tuple(m) for m in merges],
+            [(s["id"], s["role"], s["text"]) for s in symbols],
+            pretokenizer=name,
+            tie_break=doc.get("tie_break"),
+            max_token_bytes=pre.get("max_token_bytes"),
+        )
+    except PretokenizeError as exc:
+        raise TokenizerError(str(exc)) from None
+
+
+def _read_vocab(raw_vocab) -> dict:
+    """The document's ``vocab`` list as ``{id: bytes}``; fails naming the first bad entry."""
     if not isinstance(raw_vocab, list):
         _fail("no vocab list")
     vocab = _fast_vocab(raw_vocab)
@@ -107,17 +135,12 @@ def from_document(doc: dict) -> Tokenizer:
                 _fail(f"vocab entry {entry[0]} is not hex")
             if entry[0] < 0:
                 _fail(f"negative id {entry[0]}")
-    merges = doc.get("merges")
-    if not isinstance(merges, list) or not (_int_triples(merges) or all(
-        isinstance(m, list) and len(m) == 3 and all(isinstance(x, int) for x in m) for m in merges
-    )):
-        _fail("merges are not [left, right, new] id triples")
-    symbols = doc.get("symbols", [])
-    if not isinstance(symbols, list) or not all(
-        isinstance(s, dict) and isinstance(s.get("id"), int) and s.get("role") in SYMBOL_ROLES and isinstance(s.get("text"), str)
-        for s in symbols
-    ):
-        _fail("symbols are not {id, role, text} records")
+    return vocab
+
+
+def _check_recorded_pattern(pre: dict) -> None:
+    """A named (not ``regex:``) pretokenizer's recorded pattern must be the one bpe-stream
+    has under that name, or the file would encode differently here than where it was made."""
     name = pre["name"]
     if name.startswith("regex:") is False and pre.get("pattern") is not None:
         from ..pretok.pretokenize import Pretokenizer
@@ -128,17 +151,6 @@ def from_document(doc: dict) -> Tokenizer:
             raise TokenizerError(str(exc)) from None
         if expected != pre.get("pattern"):
             _fail(f"the pattern recorded for {name!r} differs from bpe-stream's")
-    try:
-        return Tokenizer(
-            vocab,
-            [tuple(m) for m in merges],
-            [(s["id"], s["role"], s["text"]) for s in symbols],
-            pretokenizer=name,
-            tie_break=doc.get("tie_break"),
-            max_token_bytes=pre.get("max_token_bytes"),
-        )
-    except PretokenizeError as exc:
-        raise TokenizerError(str(exc)) from None
 
 
 def rules_digest(tok: Tokenizer) -> str:

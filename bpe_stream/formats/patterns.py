@@ -99,21 +99,7 @@ def _parse(p: str) -> list:
             cur.append(("class", p[i:j]))
             i = j
         elif c == "(":
-            if p.startswith("(?#", i):
-                j = p.find(")", i)
-                if j < 0:
-                    raise _PatternError("unterminated comment group")
-                i = j + 1
-                continue
-            m = _GROUP_OPEN.match(p, i)
-            opener = m.group()
-            if opener.endswith(")"):  # a global flag group such as (?i)
-                cur.append(("flags", opener))
-            else:
-                node = ("group", opener, [])
-                cur.append(node)
-                stack.append(node[2])
-            i = m.end()
+            i = _open_group(p, i, stack)
         elif c == ")":
             if len(stack) == 1:
                 raise _PatternError("unbalanced ')'")
@@ -141,6 +127,28 @@ def _parse(p: str) -> list:
     if len(stack) != 1:
         raise _PatternError("unbalanced '('")
     return root
+
+
+def _open_group(p: str, i: int, stack: list) -> int:
+    """Parse the group opener at ``p[i]`` (``(``) into ``stack``; return where parsing resumes.
+
+    A comment group is skipped whole; a global flag group such as ``(?i)`` is a leaf; any other
+    opener starts a group whose children the following tokens fill."""
+    cur = stack[-1]
+    if p.startswith("(?#", i):
+        j = p.find(")", i)
+        if j < 0:
+            raise _PatternError("unterminated comment group")
+        return j + 1
+    m = _GROUP_OPEN.match(p, i)
+    opener = m.group()
+    if opener.endswith(")"):  # a global flag group such as (?i)
+        cur.append(("flags", opener))
+    else:
+        node = ("group", opener, [])
+        cur.append(node)
+        stack.append(node[2])
+    return m.end()
 
 
 def _render(nodes: list) -> str:

@@ -610,26 +610,8 @@ def count_pieces(source: Source, form: InputForm, start: int, settings: dict, st
     ``spool_dir``: where text with no cut for twice a piece is spooled (``streaming.byte_pieces``)
     and counted from as a file; the task removes its spool.  ``expect_prefix``: the prefix digest
     of what comes before ``start`` in the file's record, checked on the way (text, JSON Lines)."""
-    from ..count.counting import count_data_piece, count_jsonl_piece, count_parquet_group, count_spooled, pretokenizer_of
-
     if form.records == "parquet":
-        groups = parquet_row_groups(source.name)
-        first = sum(rows for rows, _ in groups[:start])
-        if start >= len(groups):  # no row groups (or resumed after the last, which is never committed as such)
-            _hash_file(source, hasher)
-            yield Piece(count_data_piece, (b"", settings, False, 0), len(groups), source.size, True)
-            return
-        raw = 0
-        for g in range(start, len(groups)):
-            rows, size = groups[g]
-            last = g == len(groups) - 1
-            raw = source.size if last else raw + size
-            if last:
-                _hash_file(source, hasher)
-            # the worker reads the file (at its absolute path: it may run elsewhere, see Dask)
-            args = (os.path.abspath(source.name), g, first, form.field, settings, strict, skip_bad, source.name)
-            yield Piece(count_parquet_group, args, g + 1, raw, last)
-            first += rows
+        yield from _parquet_pieces(source, form, start, settings, strict, skip_bad, hasher)
         return
     raw, stream, form = open_stream(source, form, hasher=hasher)
     try:
@@ -639,55 +621,98 @@ def count_pieces(source: Source, form: InputForm, start: int, settings: dict, st
             raise InputError(f"{source.name}: its first {start:,} uncompressed bytes are not those its committed counts "
                              "cover: it changed since it was counted; pass --recount to count it again on top of its "
                              "old counts, or count it into a new store")
-        offset = start
         if form.records == "jsonl":
-            line = lines + 1
-            pending = None
-            for data, consumed in _line_blocks(stream, piece_bytes):
-                if pending is not None:
-                    yield pending
-                offset += consumed
-                prefix.update(data)
-                if consumed > len(data):  # (the line's newline, which the block leaves out)
-                    prefix.update(b"\n")
-                pending = Piece(count_jsonl_piece, (data, line, source.name, form.field, settings, strict, skip_bad),
-                                offset, raw.bytes, False, prefix.digest())
-                line += data.count(b"\n") + 1
-            raw.finish()
-            if not source.is_stdin:
-                _check_unchanged(source, raw.f)
-            if pending is None:
-                pending = Piece(count_data_piece, (b"", settings, False, 0), offset, raw.bytes, True, prefix.digest())
-            pending.raw, pending.last = raw.bytes, True
-            yield pending
+            yield from _jsonl_pieces(source, form, raw, stream, prefix, start, lines, settings, strict, skip_bad,
+                                     piece_bytes)
             return
-        # The whole document as one piece for a pretokenizer whose ranges cannot be counted
-        # apart (``none``, ``regex:``), as for a plain file; with the store's cap, a run with no
-        # other cut is cut between its pieces, so a piece stays bounded.
-        specials = [s.encode("utf-8") for s in settings["special_tokens"]]
-        pending = None
-        pieces = byte_pieces(stream, pretokenizer_of(settings), specials, piece_bytes, CHUNK_BYTES, offset, spool_dir)
-        for data, at in pieces:
-            if pending is not None:
-                yield pending
-            if isinstance(data, Spooled):
-                _hash_spooled(data, prefix)
-                args = (data.path, data.size, settings, strict, at, piece_bytes)
-                pending = Piece(count_spooled, args, at + data.size, raw.bytes, False, prefix.digest())
-            else:
-                prefix.update(data)
-                pending = Piece(count_data_piece, (data, settings, strict, at), at + len(data), raw.bytes, False,
-                                prefix.digest())
-        raw.finish()
-        if not source.is_stdin:
-            _check_unchanged(source, raw.f)
-        if pending is None:
-            pending = Piece(count_data_piece, (b"", settings, strict, offset), offset, raw.bytes, True, prefix.digest())
-        pending.raw, pending.last = raw.bytes, True
-        yield pending
+        yield from _text_pieces(source, raw, stream, prefix, start, settings, strict, piece_bytes, spool_dir)
     finally:
         if source.name != STDIN:
             raw.f.close()
+
+
+def _parquet_pieces(source: Source, form: InputForm, start: int, settings: dict, strict: bool, skip_bad: bool,
+                    hasher) -> Iterator[Piece]:
+    """One task per row group of a Parquet file from row group ``start`` on (or one empty last
+    task when there are none left); the file's digest is taken with its last."""
+    from ..count.counting import count_data_piece, count_parquet_group
+
+    groups = parquet_row_groups(source.name)
+    first = sum(rows for rows, _ in groups[:start])
+    if start >= len(groups):  # no row groups (or resumed after the last, which is never committed as such)
+        _hash_file(source, hasher)
+        yield Piece(count_data_piece, (b"", settings, False, 0), len(groups), source.size, True)
+        return
+    raw = 0
+    for g in range(start, len(groups)):
+        rows, size = groups[g]
+        last = g == len(groups) - 1
+        raw = source.size if last else raw + size
+        if last:
+            _hash_file(source, hasher)
+        # the worker reads the file (at its absolute path: it may run elsewhere, see Dask)
+        args = (os.path.abspath(source.name), g, first, form.field, settings, strict, skip_bad, source.name)
+        yield Piece(count_parquet_group, args, g + 1, raw, last)
+        first += rows
+
+
+def _jsonl_pieces(source: Source, form: InputForm, raw, stream, prefix, offset: int, lines: int, settings: dict,
+                  strict: bool, skip_bad: bool, piece_bytes: int) -> Iterator[Piece]:
+    """The tasks of a JSON Lines stream from uncompressed ``offset`` (after ``lines`` lines):
+    blocks of whole lines; the last task (an empty one if there is none) carries the file's end."""
+    from ..count.counting import count_data_piece, count_jsonl_piece
+
+    line = lines + 1
+    pending = None
+    for data, consumed in _line_blocks(stream, piece_bytes):
+        if pending is not None:
+            yield pending
+        offset += consumed
+        prefix.update(data)
+        if consumed > len(data):  # (the line's newline, which the block leaves out)
+            prefix.update(b"\n")
+        pending = Piece(count_jsonl_piece, (data, line, source.name, form.field, settings, strict, skip_bad),
+                        offset, raw.bytes, False, prefix.digest())
+        line += data.count(b"\n") + 1
+    raw.finish()
+    if not source.is_stdin:
+        _check_unchanged(source, raw.f)
+    if pending is None:
+        pending = Piece(count_data_piece, (b"", settings, False, 0), offset, raw.bytes, True, prefix.digest())
+    pending.raw, pending.last = raw.bytes, True
+    yield pending
+
+
+def _text_pieces(source: Source, raw, stream, prefix, offset: int, settings: dict, strict: bool, piece_bytes: int,
+                 spool_dir: Optional[str]) -> Iterator[Piece]:
+    """The tasks of a text stream from uncompressed ``offset``: pieces cut where the pretokenizer
+    allows (spooled when there is no cut for long); the last one carries the file's end."""
+    from ..count.counting import count_data_piece, count_spooled, pretokenizer_of
+
+    # The whole document as one piece for a pretokenizer whose ranges cannot be counted
+    # apart (``none``, ``regex:``), as for a plain file; with the store's cap, a run with no
+    # other cut is cut between its pieces, so a piece stays bounded.
+    specials = [s.encode("utf-8") for s in settings["special_tokens"]]
+    pending = None
+    pieces = byte_pieces(stream, pretokenizer_of(settings), specials, piece_bytes, CHUNK_BYTES, offset, spool_dir)
+    for data, at in pieces:
+        if pending is not None:
+            yield pending
+        if isinstance(data, Spooled):
+            _hash_spooled(data, prefix)
+            args = (data.path, data.size, settings, strict, at, piece_bytes)
+            pending = Piece(count_spooled, args, at + data.size, raw.bytes, False, prefix.digest())
+        else:
+            prefix.update(data)
+            pending = Piece(count_data_piece, (data, settings, strict, at), at + len(data), raw.bytes, False,
+                            prefix.digest())
+    raw.finish()
+    if not source.is_stdin:
+        _check_unchanged(source, raw.f)
+    if pending is None:
+        pending = Piece(count_data_piece, (b"", settings, strict, offset), offset, raw.bytes, True, prefix.digest())
+    pending.raw, pending.last = raw.bytes, True
+    yield pending
 
 
 __all__ = ["INPUT_FORMATS", "InputForm", "MissingExtra", "form_of", "iter_documents", "count_pieces", "from_bytes"]

@@ -603,6 +603,34 @@ class Store:
         path = os.fspath(path)
         if os.path.exists(path) and not os.path.isdir(path):
             raise StoreError(f"{path} is a file, not a store directory; give --store a directory path")
+        size, exists = cls._data_size(path, create)
+        env_readonly = readonly and exists
+        env, lock = cls._open_environment(path, size, env_readonly, create)
+        try:
+            if exists:
+                cls._verify(env, path, full_check)
+            cls._check_header(env, path, exists)
+            store = cls(path, env, readonly=env_readonly, lock=lock)
+            if store.has_staged_batch():
+                store = cls._settle_staged(store, path)
+        except _NoTables:
+            env.close()
+            if not readonly:
+                raise
+            # Read-only, a store cut off before its tables existed: create the (empty)
+            # tables, which changes nothing a reader could see, then open it as asked.
+            cls.open(path, create=False, readonly=False).close()
+            return cls.open(path, create=False, readonly=True)
+        except BaseException:
+            env.close()
+            raise
+        return store
+
+    @staticmethod
+    def _data_size(path: str, create: bool) -> Tuple[int, bool]:
+        """``(size of the data file, whether it holds data)``; refuses a directory that is not a
+        store, a missing store (unless ``create``) and a data file cut short, and discards a
+        creation cut off before its first commit (``create``)."""
         data = os.path.join(path, "data.mdb")
         size = os.path.getsize(data) if os.path.isfile(data) else 0
         # LMDB's own files with no data yet: a store whose creation was cut off, or is
@@ -619,7 +647,12 @@ class Store:
             size, exists = 0, False
         else:
             _check_not_truncated(data, size)
-        env_readonly = readonly and exists
+        return size, exists
+
+    @staticmethod
+    def _open_environment(path: str, size: int, env_readonly: bool, create: bool):
+        """``(env, lock)``: the LMDB environment, opened without the lock file (``lock`` False)
+        when a reader cannot write it; a writer that cannot write gets ``NotWritable``."""
         lock = True
         try:
             try:
@@ -636,55 +669,56 @@ class Store:
                 env = _open_env(path, max(_INITIAL_MAP_SIZE, size), env_readonly, create, lock)
         except lmdb.Error as exc:
             raise StoreError(f"cannot open the store at {path}: {exc}") from None
-        try:
-            seen = _vouched(env, path) if exists else None
-            if exists and (full_check or seen is not None):
-                import time
+        return env, lock
 
-                _check_structure(env, path)
-                now = _file_state(env, path)
-                if seen and seen[0] and now == seen and time.time_ns() - seen[1] > _SETTLED_NS:
-                    _record_checked(path, seen[0])
+    @staticmethod
+    def _verify(env, path: str, full_check: bool) -> None:
+        """Walk every tree when the data file is not in a state vouched for (or ``full_check``),
+        and vouch for it once it has settled."""
+        seen = _vouched(env, path)
+        if full_check or seen is not None:
+            import time
+
+            _check_structure(env, path)
+            now = _file_state(env, path)
+            if seen and seen[0] and now == seen and time.time_ns() - seen[1] > _SETTLED_NS:
+                _record_checked(path, seen[0])
+
+    @classmethod
+    def _check_header(cls, env, path: str, exists: bool) -> None:
+        """The header record is a bpe-stream store's, of a format this version reads, and whole
+        (or there is none yet, in a store that holds nothing but its empty tables)."""
+        try:
+            meta, blank = _retrying(env, lambda: cls._inspect(env))
+        except (_DAMAGE + (_Garbled,)) as exc:
+            raise StoreError(_damaged(path, exc)) from None
+        if exists and meta is None and not blank:
+            raise StoreError(f"{path} is an LMDB database but not a bpe-stream store; choose another --store")
+        if meta is not None:
+            if not isinstance(meta, dict) or meta.get("magic") != MAGIC:
+                raise StoreError(f"{path} is not a bpe-stream store; choose another --store")
+            if meta.get("format", 0) > FORMAT_VERSION:
+                raise StoreError(
+                    f"the store at {path} has format {meta['format']}, newer than this bpe-stream "
+                    f"understands ({FORMAT_VERSION}); upgrade bpe-stream"
+                )
+            if not isinstance(meta.get("settings"), dict) or not isinstance(meta.get("totals"), dict):
+                raise StoreError(f"the store at {path} has a damaged header record; restore it from a copy or count again")
+
+    @classmethod
+    def _settle_staged(cls, store: "Store", path: str) -> "Store":
+        """A store holding a staged batch: a writer applies it; a reader has it finished (see
+        :meth:`_finish_staged`) and opens the store again."""
+        if not store.readonly:
             try:
-                meta, blank = _retrying(env, lambda: cls._inspect(env))
-            except (_DAMAGE + (_Garbled,)) as exc:
-                raise StoreError(_damaged(path, exc)) from None
-            if exists and meta is None and not blank:
-                raise StoreError(f"{path} is an LMDB database but not a bpe-stream store; choose another --store")
-            if meta is not None:
-                if not isinstance(meta, dict) or meta.get("magic") != MAGIC:
-                    raise StoreError(f"{path} is not a bpe-stream store; choose another --store")
-                if meta.get("format", 0) > FORMAT_VERSION:
-                    raise StoreError(
-                        f"the store at {path} has format {meta['format']}, newer than this bpe-stream "
-                        f"understands ({FORMAT_VERSION}); upgrade bpe-stream"
-                    )
-                if not isinstance(meta.get("settings"), dict) or not isinstance(meta.get("totals"), dict):
-                    raise StoreError(f"the store at {path} has a damaged header record; restore it from a copy or count again")
-            store = cls(path, env, readonly=env_readonly, lock=lock)
-            if store.has_staged_batch():
-                if not store.readonly:
-                    try:
-                        store.apply_staged()
-                    except BaseException:
-                        store.close()
-                        raise
-                else:
-                    store.close()
-                    cls._finish_staged(path)
-                    return cls.open(path, readonly=True)
-        except _NoTables:
-            env.close()
-            if not readonly:
+                store.apply_staged()
+            except BaseException:
+                store.close()
                 raise
-            # Read-only, a store cut off before its tables existed: create the (empty)
-            # tables, which changes nothing a reader could see, then open it as asked.
-            cls.open(path, create=False, readonly=False).close()
-            return cls.open(path, create=False, readonly=True)
-        except BaseException:
-            env.close()
-            raise
-        return store
+            return store
+        store.close()
+        cls._finish_staged(path)
+        return cls.open(path, readonly=True)
 
     @classmethod
     def open_for_update(cls, path: str) -> "Store":

@@ -124,6 +124,47 @@ def plan_training(
             return plan_training(store, config, t, engine=engine, max_memory=max_memory, path=path, resume=resume,
                                  from_tokenizer=from_tokenizer)
     # 1. The settings: the store's special tokens, then the config's extra ones; its marker.
+    settings, config = _settings_of(store, txn, config)
+    limit = config.max_merges()  # validates before reading the words
+    budget = max_memory if max_memory is not None else default_budget()
+    # 2. The words' figures, and the run's fingerprint.
+    totals, unique, symbols = _word_figures(store, txn, config)
+    fingerprint = _fingerprint(settings, totals, config)
+    # 3. The forced prefix: the merges of --from, or those of the checkpoint (--resume).
+    messages: List[str] = []
+    forced, extension, limit, fingerprint = _from_prefix(store, txn, from_tokenizer, config, settings, totals, limit,
+                                                         fingerprint, messages)
+    resumed = None
+    if resume:
+        forced, resumed, said = _resume(read_checkpoint(store, txn), fingerprint, config, forced)
+        messages.append(said)
+    # 4. The path, the engine, and why.
+    path, reason, engine, need = _choose_path(path, engine, unique, symbols, budget)
+    messages.append(
+        f"training {'in memory' if path == 'memory' else 'with the sequence table on disk'} "
+        f"({unique:,} distinct pretokens, {symbols:,} symbols; {reason})"
+    )
+    wide = config.end_of_word is not None or extension is not None
+    disk_need = estimate_disk_train_memory(unique, symbols, wide)
+    quota, run_quota = scratch_quota(budget, disk_need), scratch_run_quota(budget)
+    scratch, where = 0, ""
+    if path == "disk":
+        scratch, where = _plan_scratch(store, budget, unique, symbols, disk_need, quota, run_quota, messages)
+    if store.readonly:
+        messages.append(f"the store at {store.path} cannot be written here: training without checkpoints "
+                        "(--resume cannot continue this run)")
+    return TrainPlan(
+        config=config, settings=settings, limit=limit, fingerprint=fingerprint, forced=tuple(forced),
+        extension=extension, resumed=resumed, path=path, reason=reason, engine=engine, budget=budget, unique=unique, symbols=symbols,
+        memory_estimate=need, disk_estimate=disk_need, scratch_quota=quota, scratch_run_quota=run_quota,
+        messages=tuple(messages), scratch_bytes=scratch, scratch_dir=where,
+        seconds=estimate_train_seconds(symbols, max(0, limit - len(forced)), path == "disk"),
+    )
+
+
+def _settings_of(store: Store, txn, config: TrainConfig):
+    """Step 1: the store's settings (failing when it has no counts yet) and ``config`` with the
+    store's special tokens before its own extra ones, and the store's word-end marker."""
     info = store.info(txn)
     settings = info["settings"] if info else None
     if settings is None:
@@ -132,18 +173,26 @@ def plan_training(
         config, special_tokens=list(dict.fromkeys(list(settings["special_tokens"]) + list(config.special_tokens))),
         end_of_word=settings.get("end_of_word"),
     )
-    limit = config.max_merges()  # validates before reading the words
-    budget = max_memory if max_memory is not None else default_budget()
-    # 2. The words' figures, and the run's fingerprint.
+    return settings, config
+
+
+def _word_figures(store: Store, txn, config: TrainConfig):
+    """Step 2: the store's totals, its distinct pretokens and the symbols they hold (one more
+    per word with a word-end marker)."""
     totals = store.totals(txn)
     unique = store.unique_words(txn)
     unique_bytes = totals.get("unique_bytes")
     if unique_bytes is None or (unique and not unique_bytes):  # a store from before the total existed
         unique_bytes = sum(sum(map(len, pretokens)) for pretokens, _ in store.iter_word_blocks(txn))
     symbols = unique_bytes + (unique if config.end_of_word is not None else 0)
-    fingerprint = _fingerprint(settings, totals, config)
-    # 3. The forced prefix: the merges of --from, or those of the checkpoint (--resume).
-    messages: List[str] = []
+    return totals, unique, symbols
+
+
+def _from_prefix(store: Store, txn, from_tokenizer: Optional[Tokenizer], config: TrainConfig, settings: dict,
+                 totals: dict, limit: int, fingerprint: str, messages: List[str]):
+    """Step 3 for ``--from``: ``(forced, extension, limit, fingerprint)``: the tokenizer's merges
+    as the forced prefix when they are this store's kind, else an ``Extension`` of it (with its
+    own limit and fingerprint); what it does goes to ``messages``."""
     forced: List[Tuple[int, int]] = []
     extension = None
     if from_tokenizer is not None:
@@ -160,47 +209,31 @@ def plan_training(
             limit = extension.limit(config)
             fingerprint = _fingerprint(settings, totals, config, base=extension.digest)
             messages.append(extension.describe())
-    resumed = None
-    if resume:
-        forced, resumed, said = _resume(read_checkpoint(store, txn), fingerprint, config, forced)
-        messages.append(said)
-    # 4. The path, the engine, and why.
-    path, reason, engine, need = _choose_path(path, engine, unique, symbols, budget)
+    return forced, extension, limit, fingerprint
+
+
+def _plan_scratch(store: Store, budget: int, unique: int, symbols: int, disk_need: int, quota: int, run_quota: int,
+                  messages: List[str]):
+    """Step 4 for the disk path: ``(scratch bytes, where)`` of the scratch file, checked for
+    room beside the store; what it costs (and a note when even that is over the budget) goes to
+    ``messages``."""
+    scratch = estimate_scratch_bytes(unique, symbols, run_quota)
+    where = _check_scratch_room(store, scratch)
     messages.append(
-        f"training {'in memory' if path == 'memory' else 'with the sequence table on disk'} "
-        f"({unique:,} distinct pretokens, {symbols:,} symbols; {reason})"
+        f"the tables go to a scratch file beside the store (about {scratch / 1e6:,.0f} MB of disk, mapped: page "
+        f"cache, not part of the budget) except up to {run_quota / 1e6:,.0f} MB of them kept in "
+        f"memory (the rest of the budget, the positions first: every merge rewrites them); in memory about "
+        f"{_disk_peak(disk_need, quota, run_quota, unique, symbols) / 1e6:,.0f} MB"
     )
-    wide = config.end_of_word is not None or extension is not None
-    disk_need = estimate_disk_train_memory(unique, symbols, wide)
-    quota, run_quota = scratch_quota(budget, disk_need), scratch_run_quota(budget)
-    scratch, where = 0, ""
-    if path == "disk":
-        scratch = estimate_scratch_bytes(unique, symbols, run_quota)
-        where = _check_scratch_room(store, scratch)
+    if disk_need > budget:
+        # Below the interpreter and the words on their way in nothing can go: say what
+        # would hold, and train anyway (the same exact merges).
         messages.append(
-            f"the tables go to a scratch file beside the store (about {scratch / 1e6:,.0f} MB of disk, mapped: page "
-            f"cache, not part of the budget) except up to {run_quota / 1e6:,.0f} MB of them kept in "
-            f"memory (the rest of the budget, the positions first: every merge rewrites them); in memory about "
-            f"{_disk_peak(disk_need, quota, run_quota, unique, symbols) / 1e6:,.0f} MB"
+            f"note: even on disk, training needs about {disk_need / 1e6:,.0f} MB of memory (the interpreter, the "
+            f"words on their way to the scratch file), over the budget of {budget / 1e6:,.0f} MB; the smallest "
+            f"budget that holds it is --max-memory {-(-disk_need // (1 << 20))}M (training goes on, exact)"
         )
-        if disk_need > budget:
-            # Below the interpreter and the words on their way in nothing can go: say what
-            # would hold, and train anyway (the same exact merges).
-            messages.append(
-                f"note: even on disk, training needs about {disk_need / 1e6:,.0f} MB of memory (the interpreter, the "
-                f"words on their way to the scratch file), over the budget of {budget / 1e6:,.0f} MB; the smallest "
-                f"budget that holds it is --max-memory {-(-disk_need // (1 << 20))}M (training goes on, exact)"
-            )
-    if store.readonly:
-        messages.append(f"the store at {store.path} cannot be written here: training without checkpoints "
-                        "(--resume cannot continue this run)")
-    return TrainPlan(
-        config=config, settings=settings, limit=limit, fingerprint=fingerprint, forced=tuple(forced),
-        extension=extension, resumed=resumed, path=path, reason=reason, engine=engine, budget=budget, unique=unique, symbols=symbols,
-        memory_estimate=need, disk_estimate=disk_need, scratch_quota=quota, scratch_run_quota=run_quota,
-        messages=tuple(messages), scratch_bytes=scratch, scratch_dir=where,
-        seconds=estimate_train_seconds(symbols, max(0, limit - len(forced)), path == "disk"),
-    )
+    return scratch, where
 
 
 def _disk_peak(disk_need: int, quota: int, run_quota: int, unique: int, symbols: int) -> int:
