@@ -450,6 +450,10 @@ def info(tokenizer: str = TokOpt, as_json: bool = typer.Option(False, "--json", 
             typer.echo(f"{key:15} {value}")
 
 
+def _note(message: str) -> None:
+    typer.echo(message, err=True)
+
+
 @app.command()
 def stats(
     store: Optional[str] = StoreOpt,
@@ -461,8 +465,11 @@ def stats(
 
     with user_errors():
         stdout_binary()
+        from ..train.record import one_line, stored_record
+
         with Store.open(store_path(store), readonly=True) as st:
             data = st.stats(top)
+            data["last_training"] = stored_record(st, _note)
         if as_json:
             typer.echo(json.dumps(data, ensure_ascii=False, indent=2))
             return
@@ -473,6 +480,7 @@ def stats(
         typer.echo(f"{'special tokens':30} {data['settings']['special_tokens']}")
         typer.echo(f"{'disk size':30} {data['disk_bytes'] / 1e6:,.1f} MB")
         typer.echo(f"{'estimated in-memory train':30} {data['estimated_train_memory_bytes'] / 1e6:,.1f} MB")
+        typer.echo(f"{'last training':30} {one_line(data['last_training']) if data['last_training'] else 'none recorded'}")
         typer.echo("most frequent pretokens:")
         for row in data["top"]:
             typer.echo(f"  {row['count']:>12,}  {row['pretoken']!r}")
@@ -631,8 +639,11 @@ def report(
         if store is not None:
             from ..store.lmdb_store import Store
 
+            from ..train.record import stored_record
+
             with Store.open(store_path(store), readonly=True) as st:
                 stats_ = st.stats(10)
+                stats_["training"] = stored_record(st, _note)
         fig = rep.build(toks, sources, prefixes, base, stats_, scripts)
         rep.write(fig, output)
         say(quiet, f"wrote {output}")

@@ -15,9 +15,12 @@ import hashlib
 import json
 import os
 import tempfile
+import time
 from collections import Counter
 from dataclasses import dataclass
 from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Union
+
+import lmdb
 
 from ..count.counting import DocumentCounter, count_range, make_settings, merge_counts
 from .estimate import (DISK_BASE, MODEL_SPREAD, default_budget, estimate_disk_train_memory, estimate_scratch_bytes, estimate_train_memory,
@@ -379,24 +382,51 @@ def run_plan(
     *,
     checkpoint_every: int = CHECKPOINT_EVERY,
     checkpoint_seconds: float = CHECKPOINT_SECONDS,
+    started: Optional[float] = None,
+    on_message: Callable[[str], None] = lambda m: None,
 ) -> Tuple[Tokenizer, TrainResult]:
     """Runs the merges of ``plan`` on its loaded ``engine`` (closed after), checkpointing
-    into ``store`` unless it is read-only."""
+    into ``store`` unless it is read-only, where it then keeps the run's training record
+    (:mod:`.record`; ``started``: the run's ``time.monotonic()`` start, default now)."""
+    started = time.monotonic() if started is None else started
     checkpoints = None
     if not store.readonly:
         saver = Checkpointer(store, plan.fingerprint, plan.resumed)
         checkpoints = Checkpoints(saver.save, every=checkpoint_every, seconds=checkpoint_seconds)
+    scratch_peak = None
     try:
         done = drive(engine, plan.limit, plan.config.min_count, plan.forced, on_progress=on_progress,
                      checkpoints=checkpoints)
+        if plan.path == "disk":
+            scratch_peak = _scratch_peak(engine)
     finally:
         engine.close()
     if plan.extension is not None:
-        return plan.extension.result(done, plan.config.tie_break)
-    result = plan.config.result(done)
-    settings = plan.settings
-    return tokenizer_from_result(result, settings["pretokenizer"], plan.config.tie_break,
-                                 settings.get("max_token_bytes")), result
+        tok, result = plan.extension.result(done, plan.config.tie_break)
+    else:
+        result = plan.config.result(done)
+        settings = plan.settings
+        tok = tokenizer_from_result(result, settings["pretokenizer"], plan.config.tie_break,
+                                    settings.get("max_token_bytes"))
+    if not store.readonly:
+        from .record import make_record, write_record
+
+        given = min(len(plan.forced), len(done))  # (a limit below the forced prefix cuts it)
+        record = make_record(plan, tok, len(done) - given, given, time.monotonic() - started, scratch_peak)
+        try:
+            write_record(store, record)
+        except (StoreError, lmdb.Error, OSError) as exc:  # the tokenizer is made: a missing record is no failure
+            on_message(f"note: the training record was not kept in {store.path}: {exc}")
+    return tok, result
+
+
+def _scratch_peak(engine: MergeEngine) -> Optional[int]:
+    """The disk engine's scratch file at its largest, in bytes (None where it does not say)."""
+    try:
+        peak = engine.memory().get("peak_disk_bytes")
+    except Exception:  # a figure for the record only: never worth failing a finished run
+        return None
+    return int(peak) if isinstance(peak, int) else None
 
 
 def train_from_store(
@@ -421,6 +451,7 @@ def train_from_store(
     ``resume`` continues from them; ``from_tokenizer`` continues a finished tokenizer.
     ``config`` is not changed (the plan holds the effective one).
     """
+    started = time.monotonic()
     if not checkpoint_seconds >= 0:  # nan too
         raise TrainError(f"--checkpoint-seconds {checkpoint_seconds} is not a time; give seconds, 0 or more (inf: never)")
     with store.reader() as txn:  # the plan's figures and the words trained on: one committed state
@@ -440,7 +471,7 @@ def train_from_store(
         raise
     # 5. Merge (forced prefix, then learned), checkpointing; the tokenizer.
     return run_plan(store, plan, merger, on_progress, checkpoint_every=checkpoint_every,
-                    checkpoint_seconds=checkpoint_seconds)
+                    checkpoint_seconds=checkpoint_seconds, started=started, on_message=on_message)
 
 
 def count_file(path, settings: dict) -> Counter:
