@@ -116,7 +116,7 @@ def test_the_page_holds_what_the_issue_asks_for(made):
     assert sum(ext["length_in_vocab"].values()) == ext["vocab_size"]
     assert ext["new_tokens_count"] == 200 and all(r["id"] >= 559 for r in ext["new_tokens"])
     assert data["store"]["documents"] > 1 and data["store"]["bytes"] == len((made["dir"] / "more.txt").read_bytes())
-    # the training record of the extension's run (bpe_stream.train.record; more in test_training_record.py)
+    # the training record of the extension's run (bpe_stream.store.training_record; more in test_training_record.py)
     rec = data["store"]["training"]
     assert rec["merges_learned"] == 200 and rec["merges"] == 500 and rec["path"] == "memory" and rec["seconds"] > 0
     assert "<h3>Training record</h3>" in page and "merges learned</td><td class=\"num\">200</td>" in page

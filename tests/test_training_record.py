@@ -14,7 +14,7 @@ import pytest
 from bpe_stream import Tokenizer
 from bpe_stream.store.lmdb_store import Store, pack
 from bpe_stream.train.pipeline import train_from_store
-from bpe_stream.train.record import RECORD_KEY, read_record, write_record
+from bpe_stream.store.training_record import RECORD_KEY, read_record, write_record
 from bpe_stream.train.trainer import TrainConfig
 
 

@@ -465,7 +465,7 @@ def stats(
 
     with user_errors():
         stdout_binary()
-        from ..train.record import one_line, stored_record
+        from ..store.training_record import one_line, stored_record
 
         with Store.open(store_path(store), readonly=True) as st:
             data = st.stats(top)
@@ -639,7 +639,7 @@ def report(
         if store is not None:
             from ..store.lmdb_store import Store
 
-            from ..train.record import stored_record
+            from ..store.training_record import stored_record
 
             with Store.open(store_path(store), readonly=True) as st:
                 stats_ = st.stats(10)

@@ -157,7 +157,7 @@ def build(tokenizers: Sequence[Tuple[str, Tokenizer]], sources: Sequence[Source]
           store_stats: Optional[dict] = None, scripts: bool = True) -> dict:
     """The report's figures: ``tokenizers`` (label, tokenizer) on ``sources``; ``baseline``
     (label, tokenizer), drawn too and compared with; ``store_stats``: ``Store.stats()``, with
-    ``training``: its training record (``bpe_stream.train.record.read_record``), shown when there."""
+    ``training``: its training record (``bpe_stream.store.training_record.read_record``), shown when there."""
     base = None
     out = {"files": [{"name": s.name, "bytes": s.size} for s in sources], "tokenizers": []}
     if baseline is not None:
@@ -437,8 +437,8 @@ def _store_section(toks, names, files, fig) -> list:
             ("size on disk", f"{st['disk_bytes'] / 1e6:,.1f} MB"),
             ("estimated in-memory training", f"{st['estimated_train_memory_bytes'] / 1e6:,.1f} MB"),
         ], numeric_from=1))
-        if st.get("training"):  # the last train's record (bpe_stream.train.record); shown escaped
-            from ..train.record import describe
+        if st.get("training"):  # the last train's record (bpe_stream.store.training_record); shown escaped
+            from ..store.training_record import describe
 
             body.append("<h3>Training record</h3>" + _table(["", ""], describe(st["training"])))
     return body

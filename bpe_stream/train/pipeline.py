@@ -409,7 +409,7 @@ def run_plan(
         tok = tokenizer_from_result(result, settings["pretokenizer"], plan.config.tie_break,
                                     settings.get("max_token_bytes"))
     if not store.readonly:
-        from .record import make_record, write_record
+        from ..store.training_record import make_record, write_record
 
         given = min(len(plan.forced), len(done))  # (a limit below the forced prefix cuts it)
         record = make_record(plan, tok, len(done) - given, given, time.monotonic() - started, scratch_peak)

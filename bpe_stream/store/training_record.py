@@ -23,7 +23,7 @@ import resource
 import sys
 from typing import Callable, Optional, Tuple
 
-from ..store.lmdb_store import Store, StoreError, pack
+from .lmdb_store import Store, StoreError, pack
 
 RECORD_KEY = b"last-run"  # in the ``train`` table; checkpoints use ``checkpoint`` and ``checkpoint/...``
 _SCALARS = (bool, int, float, str, type(None))
