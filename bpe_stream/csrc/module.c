@@ -1505,8 +1505,7 @@ static PyObject *sw_stat(StoreWriterObject *self, PyObject *args) {
     bs_sw *w = sw_of(self);
     if (!w || !PyArg_ParseTuple(args, "i:stat", &db)) return NULL;
     uint64_t entries, pages;
-    int rc = bs_sw_entries(w, db, &entries);
-    if (!rc) rc = bs_sw_pages(w, db, &pages);
+    int rc = bs_sw_stat(w, db, &entries, &pages);
     if (rc) return sw_error(rc, NULL);
     return Py_BuildValue("(KK)", (unsigned long long)entries, (unsigned long long)pages);
 }

@@ -131,21 +131,15 @@ int bs_sw_first_from(bs_sw *w, int db, const uint8_t *key, size_t klen, const ui
     return rc;
 }
 
-int bs_sw_entries(bs_sw *w, int db, uint64_t *entries) {
+int bs_sw_stat(bs_sw *w, int db, uint64_t *entries, uint64_t *pages) {
     int rc = check_db(w, db);
     if (rc) return rc;
     MDB_stat st;
     rc = mdb_stat(w->txn, w->dbi[db], &st);
-    if (rc == 0) *entries = st.ms_entries;
-    return rc;
-}
-
-int bs_sw_pages(bs_sw *w, int db, uint64_t *pages) {
-    int rc = check_db(w, db);
-    if (rc) return rc;
-    MDB_stat st;
-    rc = mdb_stat(w->txn, w->dbi[db], &st);
-    if (rc == 0) *pages = (uint64_t)st.ms_leaf_pages + st.ms_branch_pages + st.ms_overflow_pages;
+    if (rc == 0) {
+        *entries = st.ms_entries;
+        *pages = (uint64_t)st.ms_leaf_pages + st.ms_branch_pages + st.ms_overflow_pages;
+    }
     return rc;
 }
 
@@ -225,6 +219,21 @@ static int written(merger *m, int rc, const uint8_t *key, size_t len, uint64_t n
     return push_entry(&m->r->top, &m->r->n_top, &m->r->cap_top, key, len, now);
 }
 
+/* A key the table does not hold, written with count n (flags: MDB_APPEND past its last key). */
+static int put_new(merger *m, const uint8_t *key, size_t klen, uint64_t n, unsigned flags) {
+    bs_sw_result *r = m->r;
+    if (n > BS_SW_MAX_COUNT) {
+        r->over_lo = n, r->over_hi = 0;
+        return BS_SW_EOVERFLOW;
+    }
+    uint8_t value[8];
+    MDB_val k = {klen, (void *)key}, v = {8, value};
+    bs_ct_put_le(value, n, 8);
+    r->new_keys++;
+    r->new_bytes += klen;
+    return written(m, mdb_cursor_put(m->cur, &k, &v, flags), key, klen, n);
+}
+
 /* One entry of a sorted batch, added. */
 static int merge_one(merger *m, const uint8_t *key, size_t klen, uint64_t n) {
     bs_sw_result *r = m->r;
@@ -232,18 +241,9 @@ static int merge_one(merger *m, const uint8_t *key, size_t klen, uint64_t n) {
     if (n == 0) return 0; /* adds nothing (the Python path writes nothing for it either) */
     if (klen == 0 || klen > m->max_key) return skip(r, key, klen, n);
     if (!m->appending && key_cmp(key, klen, m->last, m->last_len) > 0) m->appending = 1;
+    if (m->appending) return put_new(m, key, klen, n, MDB_APPEND);
     uint8_t value[8];
     MDB_val k = {klen, (void *)key}, v = {8, value};
-    if (m->appending) {
-        if (n > BS_SW_MAX_COUNT) {
-            r->over_lo = n, r->over_hi = 0;
-            return BS_SW_EOVERFLOW;
-        }
-        bs_ct_put_le(value, n, 8);
-        r->new_keys++;
-        r->new_bytes += klen;
-        return written(m, mdb_cursor_put(m->cur, &k, &v, MDB_APPEND), key, klen, n);
-    }
     MDB_val found = k, old;
     int rc = mdb_cursor_get(m->cur, &found, &old, MDB_SET_RANGE);
     if (rc == 0 && found.mv_size == klen && memcmp(found.mv_data, key, klen) == 0) {
@@ -257,14 +257,7 @@ static int merge_one(merger *m, const uint8_t *key, size_t klen, uint64_t n) {
         return written(m, mdb_cursor_put(m->cur, &found, &v, MDB_CURRENT), key, klen, sum);
     }
     if (rc != 0 && rc != MDB_NOTFOUND) return rc;
-    if (n > BS_SW_MAX_COUNT) {
-        r->over_lo = n, r->over_hi = 0;
-        return BS_SW_EOVERFLOW;
-    }
-    bs_ct_put_le(value, n, 8);
-    r->new_keys++;
-    r->new_bytes += klen;
-    return written(m, mdb_cursor_put(m->cur, &k, &v, 0), key, klen, n);
+    return put_new(m, key, klen, n, 0);
 }
 
 int bs_sw_add_run(bs_sw *w, const uint8_t *run, size_t len, uint64_t floor, bs_sw_result *r) {

@@ -74,9 +74,8 @@ int bs_sw_del(bs_sw *w, int db, const uint8_t *key, size_t klen);
 /* The first entry whose key is >= key: MDB_NOTFOUND past the end. */
 int bs_sw_first_from(bs_sw *w, int db, const uint8_t *key, size_t klen, const uint8_t **k, size_t *kl,
                      const uint8_t **v, size_t *vl);
-int bs_sw_entries(bs_sw *w, int db, uint64_t *entries);
-/* Leaf, branch and overflow pages of a table. */
-int bs_sw_pages(bs_sw *w, int db, uint64_t *pages);
+/* A table's entries, and its leaf, branch and overflow pages. */
+int bs_sw_stat(bs_sw *w, int db, uint64_t *entries, uint64_t *pages);
 
 /* Adds a run (counttable.h's packed form, keys strictly increasing) to the words table:
  * each count added to the stored one (a cursor walk in key order: keys past the table's

@@ -23,30 +23,18 @@ import logging
 from typing import Iterable, Optional
 
 from ..errors import SettingsError
-from .runner import WorkerLost
+from .runner import WorkerLost, call_on_worker, import_engine
 
 MISSING = "--engine dask needs Dask; install it with: pip install 'bpe-stream[dask]'"
 
 
 def _import_distributed():
-    try:
-        import distributed
-    except ImportError:
-        raise SettingsError(MISSING) from None
-    return distributed
+    return import_engine("distributed", MISSING)
 
 
 def _call(fn, args):
-    """Runs on a worker: one counting unit, with a hint when a worker cannot see the file."""
-    try:
-        return fn(*args)
-    except FileNotFoundError as exc:
-        from ..inputs.reader import InputError
-
-        raise InputError(
-            f"{exc.filename}: no such file on the Dask worker; the input files must be at the same "
-            "path on every worker (a shared file system)"
-        ) from None
+    """Runs on a worker: one counting unit (see runner.call_on_worker)."""
+    return call_on_worker("Dask", fn, args)
 
 
 class DaskRunner:

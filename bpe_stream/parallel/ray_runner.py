@@ -27,31 +27,19 @@ from __future__ import annotations
 from typing import Iterable, Optional
 
 from ..errors import SettingsError
-from .runner import WorkerLost
+from .runner import WorkerLost, call_on_worker, import_engine
 
 MISSING = "--engine ray needs Ray; install it with: pip install 'bpe-stream[ray]'"
 MAX_RETRIES = 3  # attempts after a worker died in the middle of a task (Ray's default, said here)
 
 
 def _import_ray():
-    try:
-        import ray
-    except ImportError:
-        raise SettingsError(MISSING) from None
-    return ray
+    return import_engine("ray", MISSING)
 
 
 def _call(fn, args):
-    """Runs on a worker: one counting unit, with a hint when a worker cannot see the file."""
-    try:
-        return fn(*args)
-    except FileNotFoundError as exc:
-        from ..inputs.reader import InputError
-
-        raise InputError(
-            f"{exc.filename}: no such file on the Ray worker; the input files must be at the same "
-            "path on every worker (a shared file system)"
-        ) from None
+    """Runs on a worker: one counting unit (see runner.call_on_worker)."""
+    return call_on_worker("Ray", fn, args)
 
 
 class RayRunner:

@@ -227,3 +227,30 @@ class ThreadRunner:
     def close(self) -> None:
         # the running tasks finish their range; the queued ones never start
         self._pool.shutdown(wait=True, cancel_futures=True)
+
+
+def import_engine(module: str, missing: str):
+    """The module of another engine (``distributed``, ``ray``), or the SettingsError ``missing``
+    that says how to install it."""
+    from importlib import import_module
+
+    from ..errors import SettingsError
+
+    try:
+        return import_module(module)
+    except ImportError:
+        raise SettingsError(missing) from None
+
+
+def call_on_worker(engine: str, fn, args):
+    """Runs on a worker of ``engine`` (Dask, Ray): one counting unit, with a hint when the
+    worker cannot see the file."""
+    try:
+        return fn(*args)
+    except FileNotFoundError as exc:
+        from ..inputs.reader import InputError
+
+        raise InputError(
+            f"{exc.filename}: no such file on the {engine} worker; the input files must be at the same "
+            "path on every worker (a shared file system)"
+        ) from None
