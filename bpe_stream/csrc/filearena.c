@@ -423,6 +423,18 @@ void *bs_realloc(void *p, size_t n) {
     return q;
 }
 
+uint64_t file_arena_in_memory(const void *p) {
+    Space *s = NULL;
+    FileArena *a = owner(p, &s);
+    if (!a) return UINT64_MAX; /* the C library's: all in memory */
+    Header *h = (Header *)((uint8_t *)p - HEADER);
+    if (!s->is_file) return h->size - HEADER;
+    uint64_t off = (uint64_t)((const uint8_t *)p - a->file.base) - HEADER;
+    for (uint32_t i = 0; i < a->n_splits; i++)
+        if (a->split_off[i] == off) return a->split_len[i] > HEADER ? a->split_len[i] - HEADER : 0;
+    return 0;
+}
+
 void bs_free(void *p) {
     if (!p) return;
     Space *s = NULL;

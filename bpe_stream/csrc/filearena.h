@@ -79,6 +79,11 @@ extern _Thread_local int bs_arena_hint;
     bs_arena_hint = (hint)
 static inline void bs_arena_hint_restore(int *saved) { bs_arena_hint = *saved; }
 
+/* How many bytes from the start of block `p` (from bs_malloc & co.) are anonymous memory: all
+ * of it for a block of the anonymous space or of the C library, the split part of a file block
+ * (BS_ARENA_SPLIT), else 0. */
+uint64_t file_arena_in_memory(const void *p);
+
 void *bs_malloc(size_t n);
 void *bs_calloc(size_t n, size_t size);
 void *bs_realloc(void *p, size_t n);

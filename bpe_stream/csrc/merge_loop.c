@@ -533,7 +533,8 @@ fail:
  * most positions are dead (two thirds of them at vocab 65,536 on web text).  On the disk path the
  * live ones are spread over the whole array, and what of it lies in the scratch file (beyond the
  * quota's anonymous pages, which hold the array's first part) keeps being re-dirtied.  So a loop
- * in an arena compacts its positions once a third of them are dead: the live ones move to the
+ * in an arena compacts its positions once a third of them are dead, while part of them lies in
+ * the file: the live ones move to the
  * front, in order (a position's new index is its rank among the live ones), so that they end up
  * in the anonymous part and the file's part is left alone; the occurrence lists are rewritten
  * with the new indices, dropping the entries of dead positions (stale ones of live positions stay:
@@ -623,8 +624,10 @@ int merge_loop_step(MergeLoop *m, int64_t min_count, const uint32_t *forced, uin
     m->merges++;
     /* push each pair born in this merge once, with its final count */
     if ((rc = pairs_offer_born(ps, m->born, m->n_born, (uint32_t)m->merges))) return rc;
+    /* (compacted only while part of the positions lies in the file: once they fit in the part
+     * kept in memory, a pass more would cost time and spare no writeback) */
     if (m->arena && m->n_pos >= bs_compact_min && m->live * 3 <= m->n_pos * 2 &&
-        (rc = compact_positions(m)))
+        m->n_pos * sizeof(Node) > file_arena_in_memory(m->nodes) && (rc = compact_positions(m)))
         return rc;
     *left = pair_left(key);
     *right = pair_right(key);
