@@ -196,12 +196,15 @@ def bench_size(args, size: int, out) -> None:
     gen = make_jsonl_zst(size, args.seed, data)
     emit(out, dict(phase=f"{tag}: input", **gen))
     store = workdir / f"store-{tag}"
-    shutil.rmtree(store, ignore_errors=True)
     bpe = bpe_stream()
     workers = str(args.workers or os.cpu_count() or 1)
     runs = []
-    count = run_phase(f"{tag}: count -w{workers}", [*bpe, "count", "--store", str(store), "-w", workers, str(data)])
-    runs.append(count)
+    if args.reuse_store and (store / "data.mdb").exists():
+        count = {"phase": f"{tag}: count (store reused)", "_m": None}
+    else:
+        shutil.rmtree(store, ignore_errors=True)
+        count = run_phase(f"{tag}: count -w{workers}", [*bpe, "count", "--store", str(store), "-w", workers, str(data)])
+        runs.append(count)
     st = json.loads(subprocess.run([*bpe, "stats", "--store", str(store), "--json"], capture_output=True, text=True,
                                    check=True).stdout)
     emit(out, dict(count, store_mb=round(dir_bytes(store) / 1e6, 1), distinct_pretokens=st["unique_pretokens"],
@@ -280,6 +283,7 @@ def main(argv=None) -> None:
     ap.add_argument("--workers", type=int, default=0)
     ap.add_argument("--dir", default=str(REPO / "build" / "scale"))
     ap.add_argument("--keep", action="store_true", help="keep the stores")
+    ap.add_argument("--reuse-store", action="store_true", help="train on the store a --keep run left (no count)")
     ap.add_argument("--rustbpe-child", nargs=2, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.rustbpe_child:
