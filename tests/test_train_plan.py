@@ -203,3 +203,5 @@ def test_the_disk_path_is_refused_at_once_when_the_scratch_does_not_fit(counted,
 def test_train_without_an_output_or_plan_is_a_usage_error(counted, cli):
     res = cli("train", "--store", counted, "--vocab-size", "1000")
     assert res.exit_code == 2 and "Missing option '--output'" in res.stderr
+    res = cli("train", "--store", counted, "--vocab-size", "1000", "--json", "-o", "t.json")
+    assert res.exit_code == 2 and "--json goes with --plan" in res.stderr and not os.path.exists("t.json")

@@ -225,25 +225,24 @@ def train(
     from ..store.lmdb_store import Store
     from ..train.trainer import TrainConfig
 
+    usage_error = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "UsageError")
     if output is None and not plan:
-        usage_error = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "UsageError")
         raise usage_error("Missing option '--output' / '-o' (the tokenizer to write; or --plan).")
+    if as_json and not plan:
+        raise usage_error("--json goes with --plan (train writes its tokenizer with -o).")
     budget = parse_size(max_memory) if max_memory else None
     from ..formats import load_any
     with user_errors():
-        if plan:
-            config = TrainConfig(
-                vocab_size=vocab_size, num_merges=num_merges, special_tokens=list(special_token or []),
-                doc_boundaries=doc_boundaries, tie_break=tie_break, min_count=min_count, min_word_count=min_word_count,
-            )
-            _show_plan(store, config, budget, path, resume, load_any(from_tokenizer) if from_tokenizer else None, as_json)
-            return
-        _check_output_arg(output)  # before the training, not after it
+        if not plan:
+            _check_output_arg(output)  # before the training, not after it
         config = TrainConfig(
             vocab_size=vocab_size, num_merges=num_merges, special_tokens=list(special_token or []),
             doc_boundaries=doc_boundaries, tie_break=tie_break, min_count=min_count, min_word_count=min_word_count,
         )
         base = load_any(from_tokenizer) if from_tokenizer else None
+        if plan:
+            _show_plan(store, config, budget, path, resume, base, as_json)
+            return
         with Store.open_for_update(store_path(store)) as st:  # read-only: no checkpoints
             bar = progress_bar(quiet, "train", "merges", every=progress_every, style=progress)
 
