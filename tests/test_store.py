@@ -735,15 +735,17 @@ def test_values_without_the_extension_are_the_same(monkeypatch):
 
 @_native_only
 @given(rows=st.lists(st.tuples(st.binary(min_size=1, max_size=12), st.one_of(st.none(), st.integers(1, 1 << 62)),
-                               st.integers(1, 1 << 62)), min_size=1, max_size=40))
-def test_add_le64_in_c_is_old_plus_new_with_the_new_keys_counted(rows):
+                               st.integers(1, 1 << 62)), min_size=1, max_size=40),
+       floor=st.integers(0, 1 << 63))
+def test_add_le64_in_c_is_old_plus_new_with_the_new_keys_counted(rows, floor):
     absent = bytes(8)  # (compared by identity: a value equal to it that the store holds is an old count)
     keys = [k for k, _, _ in rows]
     olds = [absent if old is None else old.to_bytes(8, "little") for _, old, _ in rows]
     ns = [n for _, _, n in rows]
     totals = [(old or 0) + n for _, old, n in rows]
-    values, highest, new, new_bytes = store_mod._native.add_le64(keys, olds, ns, absent)
+    values, highest, new, new_bytes, reached = store_mod._native.add_le64(keys, olds, ns, absent, floor)
     assert values == [t.to_bytes(8, "little") for t in totals] and highest == max(totals)
+    assert reached == [(t, i) for i, t in enumerate(totals) if t >= floor]  # (for the kept top)
     assert (new, new_bytes) == (sum(old is None for _, old, _ in rows), sum(len(k) for k, old, _ in rows if old is None))
 
 
@@ -754,8 +756,8 @@ def test_add_le64_leaves_to_python_what_c_cannot_hold():
                            ([b"a"], [(2**64 - 1).to_bytes(8, "little")], [1]),  # a sum past 64 bits
                            ([b"a"], [one], [-1]), ([b"a"], [one], [1 << 63]), ([b"a"], [one], [True]),
                            ([b"a", b"b"], [one], [1, 1]), ([bytearray(b"a")], [absent], [1])):
-        assert store_mod._native.add_le64(keys, olds, ns, absent) is None
-    assert store_mod._native.add_le64([], [], [], absent) == ([], 0, 0, 0)
+        assert store_mod._native.add_le64(keys, olds, ns, absent, 0) is None
+    assert store_mod._native.add_le64([], [], [], absent, 0) == ([], 0, 0, 0, [])
 
 
 @pytest.mark.parametrize("native", [True, False], ids=["native", "fallback"])

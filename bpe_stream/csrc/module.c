@@ -1227,31 +1227,27 @@ static PyObject *py_le64_values(PyObject *self, PyObject *args, PyObject *kwargs
 }
 
 PyDoc_STRVAR(add_le64_doc,
-             "add_le64(keys, olds, counts, absent, floor=None) -> (values, highest, new, new_bytes[, top]) or None\n\n"
+             "add_le64(keys, olds, counts, absent, floor) -> (values, highest, new, new_bytes, top) or None\n\n"
              "For a batch into a store that holds counts: each old value (8 bytes, little-endian, or\n"
              "the object ``absent`` for a key not there) plus its count, as the new values (8 bytes,\n"
-             "little-endian); the largest new count; how many keys were absent and their bytes; with a\n"
-             "``floor``, the (new count, index) of every key whose new count reaches it (the store's\n"
+             "little-endian); the largest new count; how many keys were absent and their bytes; the\n"
+             "(new count, index) of every key whose new count reaches ``floor`` (the store's\n"
              "kept most frequent pretokens).  None when an old value is not 8 bytes, a count not an int\n"
              "of 0 to 2**63-1, or a sum passes 64 bits (the caller then does it in Python, with its errors).");
 
 static PyObject *py_add_le64(PyObject *self, PyObject *args, PyObject *kwargs) {
     static char *keywords[] = {"keys", "olds", "counts", "absent", "floor", NULL};
-    PyObject *keys, *olds, *counts, *absent, *floor_obj = Py_None;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O!O!O!O|O:add_le64", keywords, &PyList_Type, &keys, &PyList_Type,
-                                     &olds, &PyList_Type, &counts, &absent, &floor_obj))
+    PyObject *keys, *olds, *counts, *absent;
+    unsigned long long floor;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O!O!O!OK:add_le64", keywords, &PyList_Type, &keys, &PyList_Type,
+                                     &olds, &PyList_Type, &counts, &absent, &floor))
         return NULL;
     Py_ssize_t n = PyList_GET_SIZE(olds);
     if (PyList_GET_SIZE(counts) != n || PyList_GET_SIZE(keys) != n) Py_RETURN_NONE;
-    unsigned long long floor = 0;
-    PyObject *top = NULL;
-    if (floor_obj != Py_None) {
-        floor = PyLong_AsUnsignedLongLong(floor_obj);
-        if (floor == (unsigned long long)-1 && PyErr_Occurred()) return NULL;
-        if (!(top = PyList_New(0))) return NULL;
-    }
+    PyObject *top = PyList_New(0);
+    if (!top) return NULL;
     PyObject *values = PyList_New(n);
-    if (!values) { Py_XDECREF(top); return NULL; }
+    if (!values) { Py_DECREF(top); return NULL; }
     unsigned long long highest = 0, new_bytes = 0;
     Py_ssize_t fresh = 0;
     for (Py_ssize_t i = 0; i < n; i++) {
@@ -1276,22 +1272,21 @@ static PyObject *py_add_le64(PyObject *self, PyObject *args, PyObject *kwargs) {
         PyObject *value = le64_bytes(after);
         if (!value) goto fail;
         PyList_SET_ITEM(values, i, value);
-        if (top && after >= floor) {
+        if (after >= floor) {
             PyObject *item = Py_BuildValue("(Kn)", (unsigned long long)after, i);
             int rc = item ? PyList_Append(top, item) : -1;
             Py_XDECREF(item);
             if (rc) goto fail;
         }
     }
-    if (top) return Py_BuildValue("(NKnKN)", values, highest, fresh, new_bytes, top);
-    return Py_BuildValue("(NKnK)", values, highest, fresh, new_bytes);
+    return Py_BuildValue("(NKnKN)", values, highest, fresh, new_bytes, top);
 fallback:
     Py_DECREF(values);
-    Py_XDECREF(top);
+    Py_DECREF(top);
     Py_RETURN_NONE;
 fail:
     Py_DECREF(values);
-    Py_XDECREF(top);
+    Py_DECREF(top);
     return NULL;
 }
 

@@ -66,7 +66,7 @@ import heapq
 import os
 from contextlib import contextmanager
 from itertools import chain, compress, islice, repeat
-from operator import add, ge, is_, le, lt, neg, not_
+from operator import add, ge, is_, le, lt, not_
 from typing import Iterator, List, Optional, Tuple, Union
 
 import lmdb
@@ -217,7 +217,7 @@ def _open_env(path: str, map_size: int, readonly: bool, create: bool, lock: bool
 
 _LMDB_FILES = {"data.mdb", "lock.mdb", "claims.lock", "checked"}  # (claims.lock: sources.Claims; checked: below)
 # The state of the data file that the last structure check (or this library's own last commit)
-# vouched for, beside it: see _vouched.
+# vouched for, beside it: see Store._verify.
 _CHECKED = "checked"
 
 
@@ -492,20 +492,14 @@ def _file_state(env, path: str) -> Optional[Tuple[str, int]]:
     return f"{txnid} {st.st_size} {st.st_mtime_ns} {st.st_ctime_ns} {st.st_ino}", st.st_mtime_ns
 
 
-def _vouched(env, path: str) -> Optional[Tuple[str, int]]:
-    """None when the data file is in the state that the last full structure check, or the last
-    commit of a writer that closed cleanly, recorded in ``checked``: its pages are then the ones
-    checked, or written by this library, since, and the walk over every page (0.12 s on a
-    270 MB store, growing with the store) is skipped.  Else the state it is in now (taken
-    before a check).  Anything else than this library's commits -- a write by another program,
-    a copy, a writer killed after its commits -- leaves another state."""
-    state = _file_state(env, path)
+def _recorded_state(path: str) -> Optional[str]:
+    """The data file's state that the last full structure check, or the last commit of a
+    writer that closed cleanly, recorded in ``checked`` (None: none)."""
     try:
         with open(os.path.join(path, _CHECKED), "rb") as f:
-            recorded = f.read(256).decode("ascii", "replace").strip()
+            return f.read(256).decode("ascii", "replace").strip() or None
     except OSError:
-        return state or ("", 0)
-    return None if state is not None and recorded == state[0] else (state or ("", 0))
+        return None
 
 
 # A file's times come from a coarse clock (a few ms): a write in the same tick as the state a
@@ -544,6 +538,11 @@ try:  # hashlib's own blake2b, without the OpenSSL library hashlib loads (perfor
     from _blake2 import blake2b
 except ImportError:  # pragma: no cover - another Python
     from hashlib import blake2b
+
+
+def _best(candidates) -> list:
+    """The TOP_KEPT best of (count, pretoken) pairs: count descending, then bytes."""
+    return heapq.nsmallest(TOP_KEPT, candidates, key=lambda c: (-c[0], c[1]))
 
 
 class _Desc:
@@ -599,7 +598,7 @@ class Store:
     def open(cls, path: str, *, create: bool = False, readonly: bool = False, full_check: bool = False) -> "Store":
         """Opens (``create``: or makes) the store at ``path``.  A file cut short is refused at
         every open; every tree is walked when the data file is not in a state vouched for
-        (:func:`_vouched`), or with ``full_check``."""
+        (:meth:`_verify`), or with ``full_check``."""
         path = os.fspath(path)
         if os.path.exists(path) and not os.path.isdir(path):
             raise StoreError(f"{path} is a file, not a store directory; give --store a directory path")
@@ -675,14 +674,14 @@ class Store:
     def _verify(env, path: str, full_check: bool) -> None:
         """Walk every tree when the data file is not in a state vouched for (or ``full_check``),
         and vouch for it once it has settled."""
-        seen = _vouched(env, path)
-        if full_check or seen is not None:
-            import time
+        state = _file_state(env, path)
+        if not full_check and state is not None and state[0] == _recorded_state(path):
+            return  # its pages are the ones checked, or written by this library, since
+        import time
 
-            _check_structure(env, path)
-            now = _file_state(env, path)
-            if seen and seen[0] and now == seen and time.time_ns() - seen[1] > _SETTLED_NS:
-                _record_checked(path, seen[0])
+        _check_structure(env, path)
+        if state is not None and _file_state(env, path) == state and time.time_ns() - state[1] > _SETTLED_NS:
+            _record_checked(path, state[0])
 
     @classmethod
     def _check_header(cls, env, path: str, exists: bool) -> None:
@@ -1011,15 +1010,15 @@ class Store:
         self._bump_check(txn, total, new)
         return new, new_bytes
 
-    def _add_short(self, txn, keys: list, ns: list, known: Optional[Tuple[int, int]] = None, floor: Optional[int] = None,
-                   top: Optional[list] = None) -> Tuple[int, int]:
+    def _add_short(self, txn, keys: list, ns: list, known: Optional[Tuple[int, int]], floor: int,
+                   top: list) -> Tuple[int, int]:
         """Adds positive counts of pretokens, in increasing order, that are keys of their own (1 to
         ``max_key`` bytes) in C loops: a lookup per key, the sums, one ``putmulti``.  (Per key
         from Python, the same took 4x as long: 1.8 s against 0.45 s for 420k keys.)  Into an
         empty tree (a new store's first batch) the keys are appended: no lookups, pages filled.
-        ``known``: the keys' total length and the largest count, if the caller has them.  With
-        a ``floor`` (see _top_floor), the (new count, pretoken) of the keys reaching it that can
-        rank in the kept top go to ``top``."""
+        ``known``: the keys' total length and the largest count, if the caller has them.  The
+        (new count, pretoken) of the keys reaching ``floor`` (see _top_floor) that can rank in
+        the kept top go to ``top``."""
         if not keys:
             return 0, 0
         words = self.db["words"]
@@ -1029,20 +1028,14 @@ class Store:
                 _u64(highest)
             with txn.cursor(db=words) as cur:
                 cur.putmulti(zip(keys, _values(ns)), append=True)
-            if floor is not None:
-                top.extend((-m, k) for m, k in heapq.nsmallest(TOP_KEPT, zip(map(neg, ns), keys)))
+            top.extend(_best(zip(ns, keys)))
             return len(keys), key_bytes
         olds = list(map(txn.get, keys, repeat(_NO_COUNT), repeat(words)))  # _NO_COUNT: not there
         # old + new, the values, the largest and the new keys in one pass in C ...
-        summed = None
-        if _native is not None:
-            summed = _native.add_le64(keys, olds, ns, _NO_COUNT) if floor is None else \
-                _native.add_le64(keys, olds, ns, _NO_COUNT, floor)
+        summed = _native.add_le64(keys, olds, ns, _NO_COUNT, floor) if _native is not None else None
         if summed is not None:
-            values, highest, new, new_bytes = summed[:4]
-            if floor is not None:
-                top.extend((-m, keys[i]) for m, i in heapq.nsmallest(
-                    TOP_KEPT, ((-m, i) for m, i in summed[4]), key=lambda x: (x[0], keys[x[1]])))
+            values, highest, new, new_bytes, reached = summed
+            top.extend(_best((m, keys[i]) for m, i in reached))
         else:  # ... or in Python's, with the errors a damaged store or a count too large gets
             if set(map(len, olds)) != {8}:
                 raise StoreError(_damaged(self.path, "a count is not 8 bytes"))
@@ -1051,9 +1044,7 @@ class Store:
             missing = list(map(is_, olds, repeat(_NO_COUNT)))
             new, new_bytes = sum(missing), sum(map(len, compress(keys, missing)))
             values = _values(totals)  # (made as putmulti takes them: after the check below)
-            if floor is not None:
-                top.extend((-m, k) for m, k in heapq.nsmallest(
-                    TOP_KEPT, ((-m, k) for m, k in zip(totals, keys) if m >= floor)))
+            top.extend(_best((m, k) for m, k in zip(totals, keys) if m >= floor))
         if highest > MAX_COUNT:  # the whole transaction is aborted: the store keeps its last commit
             _u64(highest)
         del olds
@@ -1063,8 +1054,9 @@ class Store:
 
     def _add_each(self, txn, pairs, floor: Optional[int] = None, top: Optional[list] = None) -> Tuple[int, int]:
         """Adds (pretoken, count) pairs one by one: long pretokens (under their digest, the
-        count followed by the pretoken itself) and counts taken back (which lose the kept top:
-        ``top`` is emptied and marked with a None, see _add_sorted)."""
+        count followed by the pretoken itself) and counts taken back.  The (new count, pretoken)
+        of those reaching ``floor`` go to ``top``, and a count taken back puts a None there (the
+        kept top is lost, see _add_sorted)."""
         words, longwords, max_key = self.db["words"], self.db["longwords"], self.max_key
         new = new_bytes = 0
         for key, n in pairs:
@@ -1119,16 +1111,15 @@ class Store:
         merged = dict((w, n) for n, w in entries)
         for n, w in candidates:
             merged[w] = n
-        best = heapq.nsmallest(TOP_KEPT, ((-n, w) for w, n in merged.items()))
-        txn.put(_TOP, pack([True, [[-n, w] for n, w in best]]), db=self.db["meta"])
+        best = _best((n, w) for w, n in merged.items())
+        txn.put(_TOP, pack([True, [[n, w] for n, w in best]]), db=self.db["meta"])
 
     def _lose_top(self, txn) -> None:
         txn.put(_TOP, pack([False, []]), db=self.db["meta"])
 
     def top_pretokens(self, txn, top: int) -> List[Tuple[int, bytes]]:
         """The ``top`` most frequent (count, pretoken), count descending then bytes: from the
-        kept record when it holds them, else read from every word (and kept again when this
-        process can write the store)."""
+        kept record when it holds them, else read from every word."""
         exact, entries = self._top_record(txn)
         if exact and (top <= TOP_KEPT or len(entries) < TOP_KEPT):
             return entries[:top]
