@@ -95,7 +95,7 @@ struct MergeLoop {
     uint32_t n_born, cap_born;
     uint64_t merges; /* done, for pushed_at */
     uint64_t visits, merged;
-    uint64_t live;        /* positions not merged away (the array holds n_pos, dead ones included) */
+    uint64_t merged_before; /* `merged` at the last compaction: n_pos - (merged - merged_before) live */
     uint64_t compactions; /* times the positions were compacted */
     int started; /* merge_loop_start was called: no more loads, merges may run */
     FileArena *arena; /* where every table lives (owned), or NULL: the C library's heap */
@@ -239,7 +239,6 @@ int merge_loop_load(MergeLoop *m, const void *symbols, int width, uint64_t n_pos
     const uint32_t *in_sym32 = (const uint32_t *)symbols;
     const uint8_t *in_sym8 = (const uint8_t *)symbols;
     m->n_pos = n_pos;
-    m->live = n_pos;
     {
         /* In a file arena with an anonymous quota (filearena.h) the positions take it first,
          * split between memory and the file when they do not fit: each merge rewrites the
@@ -504,7 +503,6 @@ static int apply_merge(MergeLoop *m, uint32_t r, uint32_t z) {
         uint32_t j = node_next(m, i);
         if (j == BS_NONE || nd[j].sym != b) continue;
         m->merged++;
-        m->live--;
         uint32_t wf = m->wfreq[i];
         int64_t f = (wf & BIG_FREQ) ? m->freq[wf & ~BIG_FREQ] : (int64_t)wf;
         uint32_t x = node_prev(m, i), y = node_next(m, j);
@@ -596,7 +594,7 @@ static int compact_positions(MergeLoop *m) {
     m->far_vals = NULL;
     m->far_mask = m->n_far = 0;
     m->n_pos = j;
-    m->live = j;
+    m->merged_before = m->merged;
     m->compactions++;
     return BS_OK;
 }
@@ -626,7 +624,7 @@ int merge_loop_step(MergeLoop *m, int64_t min_count, const uint32_t *forced, uin
     if ((rc = pairs_offer_born(ps, m->born, m->n_born, (uint32_t)m->merges))) return rc;
     /* (compacted only while part of the positions lies in the file: once they fit in the part
      * kept in memory, a pass more would cost time and spare no writeback) */
-    if (m->arena && m->n_pos >= bs_compact_min && m->live * 3 <= m->n_pos * 2 &&
+    if (m->arena && m->n_pos >= bs_compact_min && (m->n_pos - (m->merged - m->merged_before)) * 3 <= m->n_pos * 2 &&
         m->n_pos * sizeof(Node) > file_arena_in_memory(m->nodes) && (rc = compact_positions(m)))
         return rc;
     *left = pair_left(key);
