@@ -71,6 +71,25 @@ def test_the_plan_of_a_plain_run(counted):
     assert plan(counted, config, max_memory=4 << 30) == p  # the same store and options: the same plan
 
 
+def test_the_in_memory_estimate_grows_with_the_merges_until_the_words_are_spent(counted):
+    """The in-memory estimate (train/estimate.py): the symbols' tables, plus what the merges add
+    -- growing with the merges up to a share of the words, and with the symbols; the plan asks
+    it for the run's merges."""
+    from bpe_stream.train import estimate
+
+    words, symbols = 1_000_000, 15_000_000
+    at = [estimate.estimate_train_memory(words, symbols, merges=m) for m in (0, 10_000, 40_000, 80_000, 160_000)]
+    assert at[0] == estimate.BASE + estimate.C_PER_SYMBOL * symbols
+    assert at[0] < at[1] < at[2] < at[3] == at[4]  # capped at C_MERGE_WORD_SHARE of the words: 80,000
+    more_symbols = estimate.estimate_train_memory(words, 4 * symbols, merges=40_000)
+    assert more_symbols - estimate.C_PER_SYMBOL * 3 * symbols > at[2]  # more variety: more pairs a merge
+    assert estimate.estimate_train_memory(words, symbols) == estimate.estimate_train_memory(
+        words, symbols, merges=estimate.DEFAULT_MERGES)
+    few, many = plan(counted, TrainConfig(vocab_size=300)), plan(counted, TrainConfig(vocab_size=900))
+    assert few.memory_estimate == estimate.estimate_train_memory(few.unique, few.symbols, merges=few.limit)
+    assert few.memory_estimate <= many.memory_estimate
+
+
 @needs_c
 def test_the_path_follows_the_budget_or_the_option(counted):
     small = plan(counted, max_memory=1 << 20)

@@ -1,37 +1,67 @@
-"""Memory estimates from store statistics: they choose the training path and feed ``stats``.
+"""Memory estimates from store statistics: they choose the training path, feed ``stats`` and
+``train --plan``.
 
-Calibrated 2026-12-02 with the CLI (``train``, peak anonymous memory of the process sampled
-by benchmarks/measure.py; vocab 32,768 unless said; tokenizers identical on both paths):
+The in-memory C trainer, calibrated 2026-12-04 with the CLI (``train --path memory``, the
+peak anonymous memory of the process sampled by benchmarks/measure.py; the stores counted
+from the shared corpora and from benchmarks/gen_corpus.py):
 
-    store (distinct pretokens, symbols)       in memory   estimate   disk path*  estimate
-    generated 80 MB (1.18M, 15.0M)              477 MB     499 MB      50 MB      54 MB
-      the same, vocab 12,000                    414 MB     499 MB      50 MB      54 MB
-    multi_25M (516k, 11.8M)                     422 MB     388 MB      45 MB      44 MB
-    en_100M, first 50 MB (187k, 1.5M)            67 MB      74 MB      44 MB      44 MB
-    code_25M (104k, 0.93M)                       52 MB      55 MB      44 MB      44 MB
-    generated 400 MB (5.15M, 70.4M)               --         --      158 MB     172 MB
+    store (distinct pretokens W, symbols S)   merges M   measured   estimate
+    code_25M (104k, 0.93M)                     32,512      59 MB      54 MB
+    en_100M, first 50 MB (187k, 1.50M)         32,512      67 MB      72 MB
+    en_100M (260k, 2.11M)                      11,744      77 MB      84 MB
+                                               32,512      82 MB      92 MB
+    multi_25M (516k, 11.8M)                    11,744     336 MB     301 MB
+                                               32,512     382 MB     343 MB
+    generated 80 MB (1.18M, 15.0M)             11,744     365 MB     372 MB
+                                               32,512     436 MB     420 MB
+                                               65,280     527 MB     496 MB
+    generated 400 MB (5.15M, 70.4M)            11,744   1,395 MB   1,567 MB
+                                               32,512   1,738 MB   1,671 MB
+                                               65,280   1,872 MB   1,836 MB
+    generated 2 GB (24.95M, 362M)              65,280   8,299 MB   8,377 MB
 
-    * with every table in the scratch file (quota 0; the 400 MB row: the peak before the
-      loop takes the words).  With a quota (:func:`scratch_quota`) the arena adds up to the
-      quota to it, which is the rest of the budget.
+Memory follows the symbols -- an 8-byte position and a 4-byte frequency each (merge_loop.c),
+an entry in a pair's occurrence list, the words' arrays on their way in -- plus what the
+merges add: the pairs they give birth to (a record, a table slot, a heap entry) and those
+pairs' lists.  That part grows with the merges and, more slowly, with the symbols (new
+pairs per merge grow with the corpus's variety), and stops growing with the merges once
+they are many for the words (small corpora: most pairs already exist):
+``BASE + C_PER_SYMBOL * S + C_MERGE_FACTOR * min(M, C_MERGE_WORD_SHARE * W) * sqrt(S)``,
+a fit to the table above within 12% (long words -- the multilingual text -- hold more
+distinct pairs per symbol, hence its -11%).  The path choice leaves MODEL_SPREAD for that.
+Without a merge count (``stats``) the estimate is for DEFAULT_MERGES.
 
-In memory, memory follows the symbols: a 16-byte position record, the occurrence lists
-(4 bytes an entry, more as merges make pairs) and the pair records; long words (the
-multilingual text) hold more distinct pairs per symbol, hence its -8%.  The path choice
-leaves MODEL_SPREAD for that.  On disk the same tables are in the scratch file
-(:func:`estimate_scratch_bytes` of disk) and the anonymous memory is the interpreter and the
-words on their way in, plus what the budget leaves of the tables (the positions first).  The pure-Python fallback needs several times more (not calibrated
-again: it is the reference, not a path for large corpora).
+On disk the same tables are in the scratch file (:func:`estimate_scratch_bytes`) and the
+anonymous memory is the interpreter and the words on their way in, plus what the budget
+leaves of the tables (the positions first); calibrated 2026-12-02 (with every table in the
+scratch file, quota 0):
+
+    store (distinct pretokens, symbols)       disk path   estimate
+    generated 80 MB (1.18M, 15.0M)               50 MB      54 MB
+    multi_25M (516k, 11.8M)                      45 MB      44 MB
+    en_100M, first 50 MB (187k, 1.5M)            44 MB      44 MB
+    code_25M (104k, 0.93M)                       44 MB      44 MB
+    generated 400 MB (5.15M, 70.4M)             158 MB     172 MB  (the peak before the
+                                                                    loop takes the words)
+
+With a quota (:func:`scratch_quota`) the arena adds up to the quota to it, which is the rest
+of the budget.  The pure-Python fallback needs several times more (not calibrated again: it
+is the reference, not a path for large corpora).
 """
 
 from __future__ import annotations
 
-BASE = 24 << 20  # the interpreter and modules of a train run
-# in-memory C trainer, per symbol and per word (end offset, count, pair-table share)
-C_PER_SYMBOL = 30
-C_PER_WORD = 20
-# the in-memory path is chosen when its estimate times this fits the budget
-MODEL_SPREAD = 1.1
+import math
+
+BASE = 28 << 20  # the interpreter and modules of a train run
+# in-memory C trainer: per symbol, and what the merges add (see the module docstring)
+C_PER_SYMBOL = 21
+C_MERGE_FACTOR = 0.6
+C_MERGE_WORD_SHARE = 0.08
+DEFAULT_MERGES = 32768 - 256  # a 32,768-token vocabulary, for an estimate without a run
+# the in-memory path is chosen when its estimate times this fits the budget: the fit's
+# largest underestimate (-11%) with room to spare
+MODEL_SPREAD = 1.15
 # pure-Python trainer: a list of ints per word and set entries in the pair index
 PY_BASE = 48 << 20
 PY_PER_SYMBOL = 90
@@ -50,11 +80,18 @@ QUOTA_MARGIN = 16 << 20
 QUOTA_SHARE = 32
 
 
-def estimate_train_memory(unique_pretokens: int, total_symbols: int, engine: str = "c") -> int:
-    """Bytes the in-memory trainer needs for ``unique_pretokens`` words of ``total_symbols`` symbols."""
+def estimate_train_memory(unique_pretokens: int, total_symbols: int, engine: str = "c",
+                          merges: int = DEFAULT_MERGES) -> int:
+    """Bytes the in-memory trainer needs for ``unique_pretokens`` words of ``total_symbols``
+    symbols and ``merges`` merges (see the module docstring).
+
+    >>> round(estimate_train_memory(24_950_000, 362_000_000, merges=65_280) / 1e6)  # 2 GB of web text
+    8377
+    """
     if engine == "python":
         return PY_BASE + PY_PER_WORD * unique_pretokens + PY_PER_SYMBOL * total_symbols
-    return BASE + C_PER_WORD * unique_pretokens + C_PER_SYMBOL * total_symbols
+    merging = min(max(merges, 0), C_MERGE_WORD_SHARE * unique_pretokens)
+    return int(BASE + C_PER_SYMBOL * total_symbols + C_MERGE_FACTOR * merging * math.sqrt(total_symbols))
 
 
 def estimate_disk_train_memory(unique_pretokens: int, total_symbols: int, wide: bool = False) -> int:

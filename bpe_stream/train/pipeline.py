@@ -142,7 +142,7 @@ def plan_training(
         forced, resumed, said = _resume(read_checkpoint(store, txn), fingerprint, config, forced)
         messages.append(said)
     # 4. The path, the engine, and why.
-    path, reason, engine, need = _choose_path(path, engine, unique, symbols, budget)
+    path, reason, engine, need = _choose_path(path, engine, unique, symbols, limit, budget)
     messages.append(
         f"training {'in memory' if path == 'memory' else 'with the sequence table on disk'} "
         f"({unique:,} distinct pretokens, {symbols:,} symbols; {reason})"
@@ -318,14 +318,15 @@ def _resume(checkpoint: Optional[dict], fingerprint: str, config: TrainConfig, f
     return (saved if len(saved) > len(forced) else forced), resumed, f"resuming after {len(saved):,} checkpointed merges"
 
 
-def _choose_path(path: str, engine: str, unique: int, symbols: int, budget: int) -> Tuple[str, str, str, int]:
-    """(path, the reason for it, the engine, the in-memory estimate)."""
+def _choose_path(path: str, engine: str, unique: int, symbols: int, merges: int,
+                 budget: int) -> Tuple[str, str, str, int]:
+    """(path, the reason for it, the engine, the in-memory estimate of ``merges`` merges)."""
     if engine not in ("auto", "c", "python"):
         raise TrainError(f"unknown engine {engine!r}")
     if engine == "c" and _fastbpe is None:
         raise TrainError("the C trainer is not built here; use engine='python'")
     memory = "python" if engine == "python" or _fastbpe is None else "c"
-    need = estimate_train_memory(unique, symbols, memory)
+    need = estimate_train_memory(unique, symbols, memory, merges)
     if path == "auto":
         path = "memory" if need * MODEL_SPREAD <= budget or _fastbpe is None else "disk"
         reason = (f"estimated {need / 1e6:,.0f} MB, with a {MODEL_SPREAD - 1:.0%} margin, "
