@@ -19,6 +19,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from bpe_stream.count import table as count_table, counting
+from conftest import fewer_examples
 from bpe_stream.count.table import MAX_COUNT, PyCountTable, pack_counts, py_merge_runs, py_merge_runs_packed
 
 native = pytest.mark.skipif(count_table.NativeCountTable is None, reason="bpe_stream._fastbpe is not built")
@@ -264,3 +265,38 @@ def test_a_batch_counts_its_keys_bytes_in_its_estimate():
     before = short.estimated_bytes()
     short.add(run)
     assert short.estimated_bytes() - before == counting.COUNTER_ENTRY_BYTES + counting.KEY_COPIES * (5000 + 12)
+
+
+@pytest.fixture(scope="module")
+def one_worker_store(corpus_files, tmp_path_factory):
+    """The words and totals of ``corpus_files`` counted by one worker with room to spare."""
+    from bpe_stream.count.counting import count_sources, make_settings
+    from bpe_stream.inputs.reader import Source
+    from bpe_stream.store.lmdb_store import Store
+
+    with Store.open(tmp_path_factory.mktemp("w1"), create=True) as st_:
+        count_sources(st_, [Source.from_arg(str(p)) for p in corpus_files], make_settings("gpt2", ["<|endoftext|>"]))
+        with st_.reader() as txn:
+            return dict(st_.iter_words(txn)), st_.totals(txn), st_.top_pretokens(txn, 64)
+
+
+@fewer_examples(40)
+@given(workers=st.integers(1, 8), budget_mb=st.integers(2, 48), range_kb=st.sampled_from([16, 64, 333, 4096]))
+def test_any_worker_count_budget_and_range_gives_the_store_of_one_worker(corpus_files, one_worker_store, workers,
+                                                                         budget_mb, range_kb):
+    """Issue 36: the store is the same in content -- words, totals, the kept top -- for every
+    worker count (1 to 8), memory budget (small ones flush many batches, each merged into the
+    store) and range size, as the one-worker count with room to spare."""
+    import tempfile
+
+    from bpe_stream.count.counting import count_sources, make_settings
+    from bpe_stream.inputs.reader import Source
+    from bpe_stream.store.lmdb_store import Store
+
+    with tempfile.TemporaryDirectory() as directory:
+        with Store.open(directory, create=True) as st_:
+            count_sources(st_, [Source.from_arg(str(p)) for p in corpus_files], make_settings("gpt2", ["<|endoftext|>"]),
+                          workers=workers, max_memory=budget_mb << 20, range_bytes=range_kb << 10)
+            with st_.reader() as txn:
+                got = dict(st_.iter_words(txn)), st_.totals(txn), st_.top_pretokens(txn, 64)
+    assert got == one_worker_store
