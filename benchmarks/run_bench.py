@@ -26,6 +26,9 @@ is asked for by name, and shrinks the others):
                    machine) all workers, each phase timed where it runs (count: read, scan,
                    sort, merge, write, hash; encode: read, encode, write) with its wall and CPU
                    seconds, and the serial fraction: the main thread's CPU over the process's.
+* ``cores``        issue 36's acceptance in CLI walls: ``count`` with 1, 2 and all workers on 400 MB
+                   of generated text and 200 MB of English (en_100M.txt twice), new stores
+                   compared; ``encode -f u32`` of that English (40 MB / 20 MB with --quick).
 * ``corpus-gen``   ``benchmarks/gen_corpus.py`` writes 400 MB of seeded web-like text (20 MB
                    with --quick) with 1 and with 2 processes (same bytes?), and the distinct
                    pretokens per MB of 20 MB of it against 20 MB of en_100M.txt.
@@ -83,10 +86,10 @@ import workloads as W  # noqa: E402
 from measure import MB, Measurement, MeasureError  # noqa: E402
 
 SPECIAL = "<|endoftext|>"
-SECTIONS = ("train-small", "count", "train-large", "encode", "phases", "corpus-gen", "out-of-core", "multi", "code",
+SECTIONS = ("train-small", "count", "train-large", "encode", "phases", "cores", "corpus-gen", "out-of-core", "multi", "code",
             "engines")
-QUICK_DEFAULT = ("train-small", "count", "encode", "phases", "corpus-gen", "multi", "code", "engines")
-FULL_DEFAULT = ("train-small", "count", "train-large", "encode", "phases", "corpus-gen", "multi", "code", "engines")
+QUICK_DEFAULT = ("train-small", "count", "encode", "phases", "cores", "corpus-gen", "multi", "code", "engines")
+FULL_DEFAULT = ("train-small", "count", "train-large", "encode", "phases", "cores", "corpus-gen", "multi", "code", "engines")
 SKIP_REASONS = {  # why a section is left out of a run that did not name it
     "train-large": "skipped with --quick (run it with --only train-large)",
     "out-of-core": "not run by default: it generates and counts gigabytes (run it with --only out-of-core)",
@@ -1207,6 +1210,79 @@ def section_phases(ctx: Context) -> Section:
     return s
 
 
+
+CORES_BYTES = {False: (400_000_000, 2), True: (40_000_000, 1)}  # generated text; copies of en_100M.txt (20 MB: a prefix)
+
+
+def section_cores(ctx: Context) -> Section:
+    """Issue 36's acceptance, CLI walls (start-up included; the fastest of 3): ``count`` with 1,
+    2 and (on a larger machine) all workers on 400 MB of generated web-like text and on 200 MB
+    of English (en_100M.txt twice, standing in for the 214 MB English corpus), each into a new
+    store, the stores compared; ``encode -f u32`` of the English with the same worker counts,
+    the ids compared.  Targets on 2 cores: count -w2 >= 1.8x -w1 on both, -w1 >= 100 MB/s on the
+    generated text; encode -w2 >= 1.8x -w1."""
+    s = Section(ctx, "cores", "issue 36: count and encode with 1, 2 and all workers (CLI walls, new stores)")
+    gen_bytes, copies = CORES_BYTES[ctx.quick]
+    generated, _ = ctx.generated(gen_bytes)
+    english = ctx.tmp / f"english-{copies}x.txt"
+    source = ctx.data("corpora", "en_100M.txt") if copies > 1 else ctx.prefix(ctx.data("corpora", "en_100M.txt"), 20_000_000)
+    with open(english, "wb") as out:
+        for _ in range(copies):
+            with open(source, "rb") as f:
+                shutil.copyfileobj(f, out, 1 << 20)
+    counts = sorted({1, 2, os.cpu_count() or 1})
+    ctx.min_repeat = 3
+    try:
+        for label, text in (("generated", generated), ("English", english)):
+            _cores_count(ctx, s, label, text, counts)
+        _cores_encode(ctx, s, english, counts)
+    finally:
+        ctx.min_repeat = 1
+    return s
+
+
+def _cores_count(ctx: Context, s: Section, label: str, text: Path, counts: Sequence[int]) -> None:
+    mb = size_mb(text)
+    rows = {}
+    for workers in counts:
+        store = ctx.tmp / f"cores-{label}-w{workers}"
+        m = ctx.cmd(f"bpe-stream count -w {workers} ({label})",
+                    [*ctx.bpe, "count", "--workers", workers, "--store", store, text], setup=fresh(store))
+        rows[workers] = s.add(row_from(s.name, "bpe-stream", f"{label} {mb:.0f} MB: count -w{workers}", "CLI wall", m, mb,
+                                       baseline=(label == "generated" and workers == 1),
+                                       extra=parse_count_summary(m.stderr_tail)), m)
+    same = all(W.stores_equal(str(ctx.tmp / f"cores-{label}-w1"), str(ctx.tmp / f"cores-{label}-w{w}")) for w in counts[1:])
+    for w in counts:
+        shutil.rmtree(ctx.tmp / f"cores-{label}-w{w}", ignore_errors=True)
+    one, two = rows[1], rows[2]
+    ratio = one.seconds / two.seconds
+    s.info.setdefault("issue36_count", {})[label] = {"w1_mb_s": one.mb_s, "w2_over_w1": ratio, "same_store": same,
+                                                    **{f"w{w}_mb_s": rows[w].mb_s for w in counts}}
+    floor = f"; -w1 {one.mb_s:.1f} MB/s (target >= 100: {'met' if one.mb_s >= 100 else 'NOT met'})" if label == "generated" else ""
+    s.note(f"issue 36, count {label} {mb:.0f} MB: -w2 x{ratio:.2f} of -w1 (target >= 1.8: "
+           f"{'met' if ratio >= 1.8 else 'NOT met'}){floor}; " + ", ".join(f"-w{w} {rows[w].mb_s:.1f} MB/s" for w in counts)
+           + f"; stores identical: {same}")
+
+
+def _cores_encode(ctx: Context, s: Section, text: Path, counts: Sequence[int]) -> None:
+    mb = size_mb(text)
+    tok = encode_tokenizer(ctx, s, text)
+    rows, digests = {}, set()
+    for workers in counts:
+        out = ctx.tmp / f"cores-encode-w{workers}.u32"
+        m = ctx.cmd(f"bpe-stream encode -f u32 -w {workers}",
+                    [*ctx.bpe, "encode", "-t", tok, "--format", "u32", "--workers", str(workers), "-o", out, text])
+        digests.add(ids_file_digest(out, "u32")[0])
+        out.unlink()
+        rows[workers] = s.add(row_from(s.name, "bpe-stream", f"English {mb:.0f} MB: encode -f u32 -w{workers}", "CLI wall",
+                                       m, mb), m)
+    ratio = rows[1].seconds / rows[2].seconds
+    s.info["issue36_encode"] = {"w2_over_w1": ratio, "same_ids": len(digests) == 1,
+                                **{f"w{w}_mb_s": rows[w].mb_s for w in counts}}
+    s.note(f"issue 36, encode English {mb:.0f} MB: -w2 x{ratio:.2f} of -w1 (target >= 1.8: "
+           f"{'met' if ratio >= 1.8 else 'NOT met'}); " + ", ".join(f"-w{w} {rows[w].mb_s:.1f} MB/s" for w in counts)
+           + f"; the same ids for every worker count: {len(digests) == 1}")
+
 def phase_line(label: str, r: dict) -> str:
     parts = ", ".join(f"{k} {v['cpu']:.2f}/{v['wall']:.2f}" for k, v in r["phases"].items())
     return (f"{label}: {r['seconds']:.2f} s wall, {r['cpu_seconds']:.2f} s CPU; phases (CPU/wall s): {parts}; "
@@ -1219,6 +1295,7 @@ RUNNERS = {
     "train-large": section_train_large,
     "encode": section_encode,
     "phases": section_phases,
+    "cores": section_cores,
     "corpus-gen": section_corpus_gen,
     "out-of-core": section_out_of_core,
     "multi": section_multi,
