@@ -153,6 +153,7 @@ if "initial_map" in knobs:
 if "stage_chunk_keys" in knobs:
     store.STAGE_CHUNK_KEYS = knobs["stage_chunk_keys"]
     store.STAGE_DIRTY_PAGES = 0  # that many keys a chunk, however small the store
+    counting.DIRTY_SHARE = 0  # ... and however large count's budget
 if "hwm_file" in knobs:
     import atexit
 

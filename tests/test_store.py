@@ -465,6 +465,62 @@ def test_staged_batches_equal_whole_ones_even_when_cut_off(tmp_path, monkeypatch
     assert _snapshot(staged) == expected
 
 
+def test_the_dirty_page_allowance_sets_how_many_keys_a_transaction_adds(tmp_path, monkeypatch):
+    """``add_batch(dirty_bytes=)``: a store of many pages (here: more than STAGE_DIRTY_PAGES,
+    turned down) adds as many keys a transaction as may each dirty a page of it, less their
+    new pages -- never fewer than STAGE_CHUNK_KEYS; a store of few pages takes what fits
+    beside them; without an allowance, STAGE_DIRTY_PAGES'.  The store is the same."""
+    monkeypatch.setattr(store_mod, "STAGE_CHUNK_KEYS", 16)
+    monkeypatch.setattr(store_mod, "STAGE_DIRTY_PAGES", 40)
+    per_key = (2 + store_mod._ENTRY_OVERHEAD) * 3 / 2 / store_mod._PAGE  # keys of 2 bytes
+    with Store.open(tmp_path / "s", create=True) as st_:
+        st_.ensure_settings(GPT2)
+        assert st_._stage_chunk_keys(1000, 2000, 0) == 16
+        assert st_._stage_chunk_keys(1000, 2000, 1) == int(1 / per_key)  # no pages yet: only the new ones
+        assert st_._stage_chunk_keys(1000, 2000, 8) == 1000
+        st_.add_batch({b"%05d" % i: 1 for i in range(20_000)}, {}, {})
+        with st_.reader() as txn:
+            stat = txn.stat(st_.db["words"])
+        pages = stat["leaf_pages"] + stat["branch_pages"]
+        assert pages > 50
+        assert st_._stage_chunk_keys(10**6, 2 * 10**6, 40) == int(40 / (1 + per_key))  # each key a page of its own
+        assert st_._stage_chunk_keys(10**6, 2 * 10**6, 2 * pages) == int(pages / per_key)  # the tree, and new pages
+        assert st_._stage_chunk_keys(10**6, 2 * 10**6) == st_._stage_chunk_keys(10**6, 2 * 10**6, 40)
+
+    writes = []
+    real = Store._apply_one_chunk
+    monkeypatch.setattr(Store, "_apply_one_chunk", lambda self, txn: writes.append(1) or real(self, txn))
+    batch = {b"%05d" % i: 2 for i in range(0, 20_000, 7)}  # 2,858 keys over every page
+    # (a staged batch takes a step per chunk and one that writes its records; a whole one none)
+    for dirty_bytes, steps in ((None, -(-2858 // int(40 / (1 + per_key))) + 1), (0, -(-2858 // 16) + 1),
+                               (100 * store_mod._PAGE, -(-2858 // int(100 / (1 + per_key))) + 1), (1 << 30, 0)):
+        writes.clear()
+        with Store.open(tmp_path / "s") as st_:
+            st_.add_batch(batch, {}, {}, dirty_bytes=dirty_bytes)
+        assert len(writes) == steps, dirty_bytes
+    with Store.open(tmp_path / "s", readonly=True) as st_, st_.reader() as txn:
+        assert dict(st_.iter_words(txn)) == {b"%05d" % i: 1 + 2 * 4 * (i % 7 == 0) for i in range(20_000)}  # four batches of 2
+
+
+def test_count_lets_a_flush_dirty_its_share_of_the_budget(tmp_path, monkeypatch):
+    """count_sources hands each batch DIRTY_SHARE of the counter's budget as its dirty-page
+    allowance: a larger budget, fewer transactions."""
+    from bpe_stream.count import counting
+    from bpe_stream.inputs.reader import Source
+
+    seen = []
+    real = Store.add_batch
+    monkeypatch.setattr(Store, "add_batch", lambda self, *a, **k: seen.append(k.get("dirty_bytes")) or real(self, *a, **k))
+    text = tmp_path / "t.txt"
+    text.write_bytes(b"one two three " * 100)
+    for budget, workers in ((64 << 20, 1), (1 << 30, 1), (1 << 30, 2)):
+        with Store.open(tmp_path / f"s{budget}-{workers}", create=True) as st_:
+            counting.count_sources(st_, [Source.from_arg(str(text))], GPT2, max_memory=budget, workers=workers)
+        assert seen[-1] == counting.dirty_budget(budget, workers)
+    assert counting.dirty_budget(64 << 20, 1) == 8 << 20  # the smallest chunks' 2,048 pages
+    assert counting.dirty_budget(1 << 30, 2) < counting.dirty_budget(1 << 30, 1)  # the workers' share set aside
+
+
 def test_a_reader_finishes_a_staged_batch_while_its_writer_is_at_it(store_dir, monkeypatch):
     """Each chunk is applied and deleted in one transaction, so another process that opens
     the store in the middle (and finishes the batch, taking turns on LMDB's write lock)

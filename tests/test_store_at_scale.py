@@ -187,12 +187,14 @@ def test_a_store_from_before_the_kept_top_is_read_then_kept(tmp_path):
 def test_counts_keep_the_top_on_either_writer(tmp_path, monkeypatch, native):
     """A count in many batches (the native writer's sorted runs, or the Python path's lists),
     staged or whole: the kept top is the top of every word, and stats reads it."""
+    from bpe_stream.count import counting
     from bpe_stream.count.counting import count_sources
     from bpe_stream.inputs.reader import Source
 
     monkeypatch.setattr(store_mod, "NATIVE_WRITES", native)
     monkeypatch.setattr(store_mod, "STAGE_CHUNK_KEYS", 64)
     monkeypatch.setattr(store_mod, "STAGE_DIRTY_PAGES", 0)
+    monkeypatch.setattr(counting, "DIRTY_SHARE", 0)  # staged, whatever count's budget
     rng = random.Random(3)
     words = [b"w%d" % rng.randint(0, 30_000) for _ in range(400_000)]
     text = tmp_path / "t.txt"

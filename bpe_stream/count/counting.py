@@ -84,6 +84,11 @@ COUNTER_SHARE = 0.35
 # What the budget keeps aside for each worker process before the counter's share: a
 # worker's measured peak, rounded up (performance notes above).
 WORKER_BYTES = 96 << 20
+# Share of the counter's budget that a flush's store transactions may dirty (LMDB's dirty
+# pages, this process's memory until each commit): the batch's keys are then added in as
+# few transactions as that allows (``Store.add_batch(dirty_bytes=)``); a 64 MB budget keeps
+# the 8 MB of the smallest chunks.
+DIRTY_SHARE = 0.125
 DEFAULT_MAX_MEMORY = 1 << 30
 RANGE_BYTES = 8 << 20  # one task of a worker
 
@@ -528,11 +533,21 @@ class _Batch:
         return entries * COUNTER_ENTRY_BYTES + KEY_COPIES * (self.table.key_bytes + self.run_bytes)
 
 
+def _counter_budget(max_memory: int, workers: int) -> int:
+    """What the budget leaves beside the worker processes (at least half of it)."""
+    return max(max_memory - (workers if workers > 1 else 0) * WORKER_BYTES, max_memory // 2)
+
+
 def flush_threshold(max_memory: int, workers: int) -> int:
     """The estimated counter size (bytes) at which a batch is flushed: the counter's share of
-    what the budget leaves beside the worker processes (at least half of the budget)."""
-    counter_budget = max(max_memory - (workers if workers > 1 else 0) * WORKER_BYTES, max_memory // 2)
-    return max(1 << 16, int(counter_budget * COUNTER_SHARE))
+    what the budget leaves beside the worker processes."""
+    return max(1 << 16, int(_counter_budget(max_memory, workers) * COUNTER_SHARE))
+
+
+def dirty_budget(max_memory: int, workers: int) -> int:
+    """The bytes a flush's store transaction may dirty: DIRTY_SHARE of what the budget leaves
+    beside the worker processes."""
+    return int(_counter_budget(max_memory, workers) * DIRTY_SHARE)
 
 
 def range_for(flush_at: int, range_bytes: int = RANGE_BYTES) -> int:
@@ -667,8 +682,9 @@ class _Count:
         self.store, self.settings, self.options, self.runner = store, settings, options, runner
         self.summary = CountSummary(workers=options.workers)
         self.started = time.monotonic()
-        self.flush_at = flush_threshold(options.max_memory,
-                                        options.workers if runner is None else getattr(runner, "workers", options.workers))
+        workers = options.workers if runner is None else getattr(runner, "workers", options.workers)
+        self.flush_at = flush_threshold(options.max_memory, workers)
+        self.dirty_bytes = dirty_budget(options.max_memory, workers)
         # runs are merged into one when a quarter of a batch's worth has come since the last merge
         self.compact_entries = max(1 << 16, self.flush_at // COUNTER_ENTRY_BYTES // 4)
         self.batch = _Batch(self.compact_entries)
@@ -897,7 +913,8 @@ class _Count:
             # bytes keys (from count_range and _count_pieces); settings recorded with the first batch
             store, settings = self.store, self.settings
             self.summary.new_unique += store.add_batch(
-                counts, current.sources, current.totals, before=lambda txn: store.settings_in(txn, settings)
+                counts, current.sources, current.totals, before=lambda txn: store.settings_in(txn, settings),
+                dirty_bytes=self.dirty_bytes,
             )
             store.remap()
         for source in self.finished:
