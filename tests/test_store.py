@@ -519,6 +519,7 @@ def test_count_lets_a_flush_dirty_its_share_of_the_budget(tmp_path, monkeypatch)
         assert seen[-1] == counting.dirty_budget(budget, workers)
     assert counting.dirty_budget(64 << 20, 1) == 8 << 20  # the smallest chunks' 2,048 pages
     assert counting.dirty_budget(1 << 30, 2) < counting.dirty_budget(1 << 30, 1)  # the workers' share set aside
+    assert counting.dirty_budget(64 << 30, 2) == counting.DIRTY_MAX
 
 
 def test_a_reader_finishes_a_staged_batch_while_its_writer_is_at_it(store_dir, monkeypatch):

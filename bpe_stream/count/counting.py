@@ -87,8 +87,11 @@ WORKER_BYTES = 96 << 20
 # Share of the counter's budget that a flush's store transactions may dirty (LMDB's dirty
 # pages, this process's memory until each commit): the batch's keys are then added in as
 # few transactions as that allows (``Store.add_batch(dirty_bytes=)``); a 64 MB budget keeps
-# the 8 MB of the smallest chunks.
+# the 8 MB of the smallest chunks.  At most DIRTY_MAX: LMDB frees the pages a transaction
+# copied only at its commit, so the file grows by about what one transaction dirties (the
+# 2 GB bench-scale count in one transaction a flush: a 1.8 GB store file for 1.27 GB of pages).
 DIRTY_SHARE = 0.125
+DIRTY_MAX = 512 << 20
 DEFAULT_MAX_MEMORY = 1 << 30
 RANGE_BYTES = 8 << 20  # one task of a worker
 
@@ -546,8 +549,8 @@ def flush_threshold(max_memory: int, workers: int) -> int:
 
 def dirty_budget(max_memory: int, workers: int) -> int:
     """The bytes a flush's store transaction may dirty: DIRTY_SHARE of what the budget leaves
-    beside the worker processes."""
-    return int(_counter_budget(max_memory, workers) * DIRTY_SHARE)
+    beside the worker processes, at most DIRTY_MAX."""
+    return min(DIRTY_MAX, int(_counter_budget(max_memory, workers) * DIRTY_SHARE))
 
 
 def range_for(flush_at: int, range_bytes: int = RANGE_BYTES) -> int:
