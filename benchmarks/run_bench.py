@@ -1233,15 +1233,23 @@ def section_cores(ctx: Context) -> Section:
     counts = sorted({1, 2, os.cpu_count() or 1})
     ctx.min_repeat = 3
     try:
+        empty = ctx.tmp / "cores-empty.txt"
+        empty.write_bytes(b"")
+        store = ctx.tmp / "cores-empty-store"
+        start = ctx.cmd("bpe-stream count of an empty file (start-up)", [*ctx.bpe, "count", "--store", store, empty],
+                        setup=fresh(store))
+        s.add(row_from(s.name, "bpe-stream", "count of an empty file into a new store: start-up", "CLI wall", start, None),
+              start)
+        s.info["startup_s"] = start.seconds
         for label, text in (("generated", generated), ("English", english)):
-            _cores_count(ctx, s, label, text, counts)
+            _cores_count(ctx, s, label, text, counts, start.seconds)
         _cores_encode(ctx, s, english, counts)
     finally:
         ctx.min_repeat = 1
     return s
 
 
-def _cores_count(ctx: Context, s: Section, label: str, text: Path, counts: Sequence[int]) -> None:
+def _cores_count(ctx: Context, s: Section, label: str, text: Path, counts: Sequence[int], startup: float) -> None:
     mb = size_mb(text)
     rows = {}
     for workers in counts:
@@ -1255,18 +1263,23 @@ def _cores_count(ctx: Context, s: Section, label: str, text: Path, counts: Seque
     for w in counts:
         shutil.rmtree(ctx.tmp / f"cores-{label}-w{w}", ignore_errors=True)
     one, two = rows[1], rows[2]
-    ratio = one.seconds / two.seconds
-    s.info.setdefault("issue36_count", {})[label] = {"w1_mb_s": one.mb_s, "w2_over_w1": ratio, "same_store": same,
-                                                    **{f"w{w}_mb_s": rows[w].mb_s for w in counts}}
+    # the issue's ratio leaves the start-up out (a count of an empty file into a new store)
+    ratio = (one.seconds - startup) / max(two.seconds - startup, 1e-9)
+    s.info.setdefault("issue36_count", {})[label] = {"w1_mb_s": one.mb_s, "w2_over_w1": ratio,
+                                                    "w2_over_w1_with_startup": one.seconds / two.seconds,
+                                                    "same_store": same, **{f"w{w}_mb_s": rows[w].mb_s for w in counts}}
     floor = f"; -w1 {one.mb_s:.1f} MB/s (target >= 100: {'met' if one.mb_s >= 100 else 'NOT met'})" if label == "generated" else ""
-    s.note(f"issue 36, count {label} {mb:.0f} MB: -w2 x{ratio:.2f} of -w1 (target >= 1.8: "
-           f"{'met' if ratio >= 1.8 else 'NOT met'}){floor}; " + ", ".join(f"-w{w} {rows[w].mb_s:.1f} MB/s" for w in counts)
-           + f"; stores identical: {same}")
+    s.note(f"issue 36, count {label} {mb:.0f} MB: -w2 x{ratio:.2f} of -w1 without the start-up (target >= 1.8: "
+           f"{'met' if ratio >= 1.8 else 'NOT met'}; x{one.seconds / two.seconds:.2f} with it){floor}; "
+           + ", ".join(f"-w{w} {rows[w].mb_s:.1f} MB/s" for w in counts) + f"; stores identical: {same}")
 
 
 def _cores_encode(ctx: Context, s: Section, text: Path, counts: Sequence[int]) -> None:
     mb = size_mb(text)
     tok = encode_tokenizer(ctx, s, text)
+    empty = ctx.tmp / "cores-empty.txt"
+    start = ctx.cmd("bpe-stream encode of an empty file (start-up)", [*ctx.bpe, "encode", "-t", tok, empty])
+    s.add(row_from(s.name, "bpe-stream", "encode of an empty file: start-up and load", "CLI wall", start, None), start)
     rows, digests = {}, set()
     for workers in counts:
         out = ctx.tmp / f"cores-encode-w{workers}.u32"
@@ -1276,11 +1289,12 @@ def _cores_encode(ctx: Context, s: Section, text: Path, counts: Sequence[int]) -
         out.unlink()
         rows[workers] = s.add(row_from(s.name, "bpe-stream", f"English {mb:.0f} MB: encode -f u32 -w{workers}", "CLI wall",
                                        m, mb), m)
-    ratio = rows[1].seconds / rows[2].seconds
-    s.info["issue36_encode"] = {"w2_over_w1": ratio, "same_ids": len(digests) == 1,
-                                **{f"w{w}_mb_s": rows[w].mb_s for w in counts}}
-    s.note(f"issue 36, encode English {mb:.0f} MB: -w2 x{ratio:.2f} of -w1 (target >= 1.8: "
-           f"{'met' if ratio >= 1.8 else 'NOT met'}); " + ", ".join(f"-w{w} {rows[w].mb_s:.1f} MB/s" for w in counts)
+    ratio = (rows[1].seconds - start.seconds) / max(rows[2].seconds - start.seconds, 1e-9)
+    s.info["issue36_encode"] = {"w2_over_w1": ratio, "w2_over_w1_with_startup": rows[1].seconds / rows[2].seconds,
+                                "same_ids": len(digests) == 1, **{f"w{w}_mb_s": rows[w].mb_s for w in counts}}
+    s.note(f"issue 36, encode English {mb:.0f} MB: -w2 x{ratio:.2f} of -w1 without the start-up (target >= 1.8: "
+           f"{'met' if ratio >= 1.8 else 'NOT met'}; x{rows[1].seconds / rows[2].seconds:.2f} with it); "
+           + ", ".join(f"-w{w} {rows[w].mb_s:.1f} MB/s" for w in counts)
            + f"; the same ids for every worker count: {len(digests) == 1}")
 
 def phase_line(label: str, r: dict) -> str:
