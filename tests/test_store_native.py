@@ -78,6 +78,63 @@ def test_native_writes_equal_python_writes(tmp_path, monkeypatch, batches, chunk
     assert not any(k.startswith(b"staged/") or k == b"pending" for k, _ in native[b"meta"])
 
 
+
+# more keys than the kept top's TOP_KEPT, their counts tied often: which of equal counts the
+# top keeps is decided by the keys' bytes
+_many = st.dictionaries(st.binary(min_size=1, max_size=2) | st.sampled_from([b"l" * 510, b"l" * 512, b"m" * 600]),
+                        st.integers(1, 6), min_size=70, max_size=150)
+
+
+@NEEDS_WRITER
+@fewer_examples(40)
+@given(batches=st.lists(_many, min_size=1, max_size=4), staged=st.booleans())
+def test_the_kept_top_of_many_tied_keys_equals_the_python_writes(tmp_path, monkeypatch, batches, staged):
+    """Batches of more keys than the kept top holds, many with equal counts, whole or staged:
+    the native writer, which hands Python only the best TOP_KEPT candidates of each call, keeps
+    the record byte for byte as the Python path does, and it is the top read from every word."""
+    if staged:
+        monkeypatch.setattr(store_mod, "STAGE_CHUNK_KEYS", 40)
+        monkeypatch.setattr(store_mod, "STAGE_DIRTY_PAGES", 0)
+    base = Path(tempfile.mkdtemp(dir=tmp_path))
+    python = write_batches(base / "python", batches, False, monkeypatch)
+    native = write_batches(base / "native", batches, True, monkeypatch)
+    assert native == python
+    with Store.open(base / "native", readonly=True) as st_, st_.reader() as txn:
+        exact, kept = st_._top_record(txn)
+        assert exact or not st_.unique_words(txn)  # (no word yet: no record)
+        assert kept == st_._scan_top(txn, store_mod.TOP_KEPT)
+
+
+def added_top(path, first: dict, second: dict, how: str, floor: int, keep=None) -> list:
+    """The ``top`` the writer's add_run or add_chunk (``how``) hands back for ``second``,
+    added to a new store after ``first``."""
+    def add(txn, counts, *limits):
+        keys = sorted(counts)
+        if how == "run":
+            return txn.writer.add_run(run_of(counts).run, *limits)
+        return txn.writer.add_chunk(store_mod.pack([keys, [counts[k] for k in keys]]), *limits)
+
+    with Store.open(path, create=True) as st_:
+        st_.write(lambda txn: add(txn, first), native=True)
+        limits = (floor,) if keep is None else (floor, keep)
+        return st_.write(lambda txn: add(txn, second, *limits), native=True)[4]
+
+
+@NEEDS_WRITER
+@fewer_examples(60)
+@given(first=_many, second=_many, how=st.sampled_from(["run", "chunk"]), floor=st.integers(0, 9),
+       keep=st.integers(0, 70))
+def test_the_writer_hands_back_the_best_candidates_of_a_call(tmp_path, first, second, how, floor, keep):
+    """add_run and add_chunk with a floor: every written key whose new count reaches it is a
+    candidate, and the writer hands back the best ``keep`` of them (all without ``keep``),
+    count descending, then bytes -- against the counts summed here."""
+    base = Path(tempfile.mkdtemp(dir=tmp_path))
+    now = {k: first.get(k, 0) + n for k, n in second.items()}
+    best_first = sorted(((n, k) for k, n in now.items() if n >= floor and len(k) <= 511), key=lambda c: (-c[0], c[1]))
+    assert added_top(base / "all", first, second, how, floor) == best_first
+    assert added_top(base / "kept", first, second, how, floor, keep) == best_first[:keep]
+
+
 @NEEDS_WRITER
 def test_a_store_of_the_previous_release_opens_and_adds_up(tmp_path, monkeypatch, corpus_files):
     """A store counted by the Python path (as every release before the native writer wrote

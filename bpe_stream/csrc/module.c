@@ -1539,12 +1539,18 @@ static PyObject *sw_add(StoreWriterObject *self, PyObject *args, int chunk) {
     Py_buffer buf;
     bs_sw *w = sw_of(self);
     unsigned long long floor = UINT64_MAX; /* (none: no entry is listed) */
-    if (!w || !PyArg_ParseTuple(args, chunk ? "y*|K:add_chunk" : "y*|K:add_run", &buf, &floor)) return NULL;
+    Py_ssize_t keep = PY_SSIZE_T_MAX;       /* (every entry that reaches the floor) */
+    if (!w || !PyArg_ParseTuple(args, chunk ? "y*|Kn:add_chunk" : "y*|Kn:add_run", &buf, &floor, &keep)) return NULL;
+    if (keep < 0) {
+        PyBuffer_Release(&buf);
+        PyErr_SetString(PyExc_ValueError, "keep must not be negative");
+        return NULL;
+    }
     bs_sw_result r;
     int rc;
     Py_BEGIN_ALLOW_THREADS
-    rc = chunk ? bs_sw_add_chunk(w, buf.buf, (size_t)buf.len, floor, &r)
-               : bs_sw_add_run(w, buf.buf, (size_t)buf.len, floor, &r);
+    rc = chunk ? bs_sw_add_chunk(w, buf.buf, (size_t)buf.len, floor, (size_t)keep, &r)
+               : bs_sw_add_run(w, buf.buf, (size_t)buf.len, floor, (size_t)keep, &r);
     Py_END_ALLOW_THREADS
     PyObject *result = rc == BS_SW_EINELIGIBLE ? Py_NewRef(Py_None) : rc ? sw_error(rc, &r) : sw_result(&r);
     bs_sw_result_free(&r); /* (the skipped keys point into buf: released after) */
@@ -1587,14 +1593,16 @@ static PyMethodDef sw_methods[] = {
     {"first_from", (PyCFunction)sw_first_from, METH_VARARGS, "first_from(db, key) -> (key, value) of the first >= key, or None"},
     {"stat", (PyCFunction)sw_stat, METH_VARARGS, "stat(db) -> (entries, pages)"},
     {"add_run", (PyCFunction)sw_add_run, METH_VARARGS,
-     "add_run(run) -> (new, new_bytes, total, skipped)\n\n"
+     "add_run(run, floor=none, keep=all) -> (new, new_bytes, total, skipped, top)\n\n"
      "Adds a sorted run to the words table (see storewrite.h); ``skipped``: (key, count) of the\n"
-     "entries whose keys are not words keys (empty, longer than max_key()), left to the caller.\n"
+     "entries whose keys are not words keys (empty, longer than max_key()), left to the caller;\n"
+     "``top``: (new count, key) of the best ``keep`` entries whose new count reached ``floor``,\n"
+     "count descending, then key.\n"
      "OverflowError(sum) for a count past 2**63-1, ValueError for a malformed run or a stored\n"
      "count that is not 8 bytes, LmdbError(code, text): abort the transaction after any."},
     {"add_chunk", (PyCFunction)sw_add_chunk, METH_VARARGS,
-     "add_chunk(chunk) -> as add_run, or None (nothing written) for a chunk that is not\n"
-     "increasing keys with positive counts."},
+     "add_chunk(chunk, floor=none, keep=all) -> as add_run, or None (nothing written) for a chunk\n"
+     "that is not increasing keys with positive counts."},
     {"stage_run", (PyCFunction)sw_stage_run, METH_VARARGS,
      "stage_run(run, chunk_keys, prefix) -> chunks\n\nThe run into meta as msgpack [keys, counts] chunks."},
     {NULL, NULL, 0, NULL},

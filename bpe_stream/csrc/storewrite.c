@@ -160,7 +160,8 @@ typedef struct {
     uint8_t last[512]; /* the table's last key before the merge (max_key is 511) */
     size_t last_len;
     int have_last;
-    uint64_t floor; /* new counts at or above it are listed in r->top */
+    uint64_t floor; /* new counts at or above it are candidates for r->top */
+    size_t keep;    /* ... of which r->top keeps the best this many */
     bs_sw_result *r;
 } merger;
 
@@ -213,10 +214,62 @@ static int skip(bs_sw_result *r, const uint8_t *key, size_t len, uint64_t count)
     return push_entry(&r->skipped, &r->n_skipped, &r->cap_skipped, key, len, count);
 }
 
-/* The entry written with its new count `now`: listed when it reaches the floor. */
+/* r->top, while a merge runs: a min-heap of at most m->keep entries whose root is the one to
+ * drop first -- the least count, and among equal counts the greatest key (the top ranks the
+ * smaller bytes first); top_sorted then orders it best first. */
+static int ranks_below(const bs_sw_skip *a, const bs_sw_skip *b) {
+    if (a->count != b->count) return a->count < b->count;
+    return key_cmp(a->key, a->len, b->key, b->len) > 0;
+}
+
+static void top_sift_down(bs_sw_skip *heap, size_t n, size_t i) {
+    bs_sw_skip moving = heap[i];
+    for (;;) {
+        size_t child = 2 * i + 1;
+        if (child >= n) break;
+        if (child + 1 < n && ranks_below(&heap[child + 1], &heap[child])) child++;
+        if (!ranks_below(&heap[child], &moving)) break;
+        heap[i] = heap[child];
+        i = child;
+    }
+    heap[i] = moving;
+}
+
+static void top_sift_up(bs_sw_skip *heap, size_t i) {
+    bs_sw_skip moving = heap[i];
+    while (i > 0 && ranks_below(&moving, &heap[(i - 1) / 2])) {
+        heap[i] = heap[(i - 1) / 2];
+        i = (i - 1) / 2;
+    }
+    heap[i] = moving;
+}
+
+/* The heap sorted in place, best first: the root (the worst left) swapped to the end each time. */
+static void top_sorted(bs_sw_result *r) {
+    for (size_t n = r->n_top; n > 1; n--) {
+        bs_sw_skip worst = r->top[0];
+        r->top[0] = r->top[n - 1];
+        r->top[n - 1] = worst;
+        top_sift_down(r->top, n - 1, 0);
+    }
+}
+
+/* The entry written with its new count `now`: a candidate for the top when it reaches the
+ * floor, kept while it is among the best m->keep of the merge's so far. */
 static int written(merger *m, int rc, const uint8_t *key, size_t len, uint64_t now) {
-    if (rc || now < m->floor) return rc;
-    return push_entry(&m->r->top, &m->r->n_top, &m->r->cap_top, key, len, now);
+    if (rc || now < m->floor || m->keep == 0) return rc;
+    bs_sw_result *r = m->r;
+    bs_sw_skip entry = {key, len, now};
+    if (r->n_top < m->keep) {
+        rc = push_entry(&r->top, &r->n_top, &r->cap_top, key, len, now);
+        if (rc == 0) top_sift_up(r->top, r->n_top - 1);
+        return rc;
+    }
+    if (ranks_below(&r->top[0], &entry)) {
+        r->top[0] = entry;
+        top_sift_down(r->top, r->n_top, 0);
+    }
+    return 0;
 }
 
 /* A key the table does not hold, written with count n (flags: MDB_APPEND past its last key). */
@@ -260,11 +313,12 @@ static int merge_one(merger *m, const uint8_t *key, size_t klen, uint64_t n) {
     return put_new(m, key, klen, n, 0);
 }
 
-int bs_sw_add_run(bs_sw *w, const uint8_t *run, size_t len, uint64_t floor, bs_sw_result *r) {
+int bs_sw_add_run(bs_sw *w, const uint8_t *run, size_t len, uint64_t floor, size_t keep, bs_sw_result *r) {
     merger m;
     int rc = merger_start(&m, w, r);
     if (rc) return rc;
     m.floor = floor;
+    m.keep = keep;
     size_t off = 0, klen, prev_len = 0;
     const uint8_t *key, *prev = NULL;
     uint64_t count;
@@ -279,6 +333,7 @@ int bs_sw_add_run(bs_sw *w, const uint8_t *run, size_t len, uint64_t floor, bs_s
         if (rc) break;
     }
     mdb_cursor_close(m.cur);
+    top_sorted(r);
     return rc;
 }
 
@@ -440,7 +495,7 @@ static int view_chunk(const uint8_t *b, size_t len, chunk_view *c) {
     return off == len ? 0 : BS_SW_EINELIGIBLE;
 }
 
-int bs_sw_add_chunk(bs_sw *w, const uint8_t *chunk, size_t len, uint64_t floor, bs_sw_result *r) {
+int bs_sw_add_chunk(bs_sw *w, const uint8_t *chunk, size_t len, uint64_t floor, size_t keep, bs_sw_result *r) {
     chunk_view c;
     memset(r, 0, sizeof *r);
     int rc = view_chunk(chunk, len, &c);
@@ -449,6 +504,7 @@ int bs_sw_add_chunk(bs_sw *w, const uint8_t *chunk, size_t len, uint64_t floor, 
     rc = merger_start(&m, w, r);
     if (rc) return rc;
     m.floor = floor;
+    m.keep = keep;
     size_t koff = c.keys_at, coff = c.counts_at, klen;
     const uint8_t *key;
     uint64_t count;
@@ -458,6 +514,7 @@ int bs_sw_add_chunk(bs_sw *w, const uint8_t *chunk, size_t len, uint64_t floor, 
         rc = merge_one(&m, key, klen, count);
     }
     mdb_cursor_close(m.cur);
+    top_sorted(r);
     return rc;
 }
 

@@ -50,7 +50,7 @@ typedef struct {
     uint64_t over_lo, over_hi;    /* BS_SW_EOVERFLOW: the sum that passed 2**63-1 */
     bs_sw_skip *skipped;          /* the entries whose keys are not words keys */
     size_t n_skipped, cap_skipped;
-    bs_sw_skip *top;              /* the entries whose new count reached the floor (count: the new one) */
+    bs_sw_skip *top;              /* the best entries whose new count reached the floor (count: the new one) */
     size_t n_top, cap_top;
 } bs_sw_result;
 
@@ -80,10 +80,13 @@ int bs_sw_stat(bs_sw *w, int db, uint64_t *entries, uint64_t *pages);
 /* Adds a run (counttable.h's packed form, keys strictly increasing) to the words table:
  * each count added to the stored one (a cursor walk in key order: keys past the table's
  * last are appended), the entries with keys that are not words keys listed in r->skipped,
- * those whose new count is at least `floor` in r->top (the store's kept most frequent
- * pretokens; UINT64_MAX: none).
+ * and in r->top the best `keep` of those whose new count is at least `floor` (the store's
+ * kept most frequent pretokens; UINT64_MAX: none), best first: count descending, then key
+ * bytes ascending -- lmdb_store._best's order.  A candidate past the best `keep` of its call
+ * cannot enter a top of `keep` (that many written keys rank above it), so the caller loses
+ * nothing, and a new store's batch (floor 0) hands over `keep` entries, not every key.
  * On an error the transaction must be aborted. */
-int bs_sw_add_run(bs_sw *w, const uint8_t *run, size_t len, uint64_t floor, bs_sw_result *r);
+int bs_sw_add_run(bs_sw *w, const uint8_t *run, size_t len, uint64_t floor, size_t keep, bs_sw_result *r);
 
 /* The run staged into the meta table as chunks of at most chunk_keys entries, each under
  * prefix + its number (4 bytes, big-endian), as msgpack [keys (bin), counts (uint)] -- what
@@ -95,7 +98,7 @@ int bs_sw_stage_run(bs_sw *w, const uint8_t *run, size_t len, size_t chunk_keys,
 /* bs_sw_add_run of a staged chunk (msgpack [keys, counts]); BS_SW_EINELIGIBLE, before any
  * write, when it is not keys in strictly increasing order with counts from 1 to 2**64-1
  * (counts taken back: the caller adds those itself). */
-int bs_sw_add_chunk(bs_sw *w, const uint8_t *chunk, size_t len, uint64_t floor, bs_sw_result *r);
+int bs_sw_add_chunk(bs_sw *w, const uint8_t *chunk, size_t len, uint64_t floor, size_t keep, bs_sw_result *r);
 
 const char *bs_sw_strerror(int rc);
 

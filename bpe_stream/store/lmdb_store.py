@@ -1251,7 +1251,9 @@ class Store:
             exact = True  # an empty store: its record starts with this batch, as on the Python path
         floor = (entries[-1][0] if len(entries) >= TOP_KEPT else 0) if exact else None
         try:
-            result = add(data) if floor is None else add(data, floor)
+            # (the writer hands back only the TOP_KEPT best of the call's candidates: no other
+            # can enter the kept top, and a new store's floor 0 makes every written key one)
+            result = add(data) if floor is None else add(data, floor, TOP_KEPT)
         except OverflowError as exc:
             _u64(exc.args[0])
             raise
