@@ -160,6 +160,26 @@ def test_flipped_bits_in_a_store_end_in_a_result_or_one_error_line_never_a_signa
     assert outcomes.get(("stats", 1), 0) > 0 and outcomes.get(("stats", 0), 0) > 0, outcomes
 
 
+def test_export_counts_of_a_store_whose_totals_are_short_of_its_words_is_one_error(tmp_path, small_store):
+    """A damaged totals record (its pretokens below what the words add up to: a bit flip there
+    is not caught by the words' check record) makes a counts file that import would refuse:
+    export-counts says the store is damaged instead, and leaves no file."""
+    import shutil
+
+    from bpe_stream import Store
+
+    store = tmp_path / "store"
+    shutil.copytree(small_store, store)
+    with Store.open(store) as st_:
+        with st_.reader() as txn:
+            pretokens = st_.totals(txn)["pretokens"]
+        st_.write(lambda txn: st_.bump_totals(txn, {"pretokens": -(pretokens // 2)}))
+    res = H.run(Cmd("export-counts", "--store", store, "-o", tmp_path / "counts.tsv"), tmp_path)
+    lines = res.stderr.decode().splitlines()
+    assert res.returncode == 1 and len(lines) == 1 and lines[0].startswith("Error:") and "damaged" in lines[0], lines
+    assert "add up to" in lines[0] and not (tmp_path / "counts.tsv").exists()
+
+
 # -- full disk ---------------------------------------------------------------------------------
 @pytest.fixture
 def small_tmpfs(tmp_path):

@@ -40,9 +40,22 @@ def export_counts(store: Store, output: str) -> tuple:
             raise StoreError(f"the store at {store.path} is empty; run 'bpe-stream count' first")
         totals = info["totals"]
         try:
-            return write_counts(output, info["settings"], store.iter_words(txn), totals, store.unique_words(txn))
+            return write_counts(output, info["settings"], _within_total(store.iter_words(txn), totals),
+                                totals, store.unique_words(txn))
         except RuntimeError as exc:  # fewer lines than entries: a count of 0, which is never stored
             raise StoreError(f"the store at {store.path} is damaged ({exc}); restore it from a copy") from None
+
+
+def _within_total(rows, totals: dict):
+    """``rows``, then RuntimeError if their counts add up to more than the store's pretokens
+    total (every count is of pretokens it counted: a damaged totals record, which no counts
+    file may carry, since import refuses such a header)."""
+    total, limit = 0, totals.get("pretokens")
+    for row in rows:
+        total += row[1]
+        yield row
+    if isinstance(limit, int) and total > limit:
+        raise RuntimeError(f"its words add up to {total:,} pretokens, its totals say {limit:,}")
 
 
 def import_counts(store: Store, paths: List[str], *, max_memory: int = DEFAULT_BUDGET, again: bool = False,
