@@ -15,7 +15,7 @@ install: $(VENV)/.installed
 	@$(PY) -m compileall -q bpe_stream
 
 # Any change to the C sources (bpe_stream/csrc: every .c and .h) rebuilds the extension.
-$(VENV)/.installed: setup.cfg pyproject.toml setup.py $(wildcard bpe_stream/csrc/*) $(wildcard bpe_stream/csrc/lmdb/*)
+$(VENV)/.installed: setup.cfg pyproject.toml setup.py $(wildcard bpe_stream/csrc/*) $(wildcard bpe_stream/csrc/lmdb/*) $(wildcard bpe_stream/csrc/xxhash/*)
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[dev,dask,ray,zstd,parquet]'

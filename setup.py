@@ -16,8 +16,8 @@ setup(
         Extension(
             "bpe_stream._fastbpe",
             sorted(glob(f"{CSRC}/*.c")),
-            # (lmdb/: the vendored LMDB, compiled as one unit by lmdb_build.c)
-            depends=sorted(glob(f"{CSRC}/*.h") + glob(f"{CSRC}/lmdb/*")),
+            # (lmdb/: the vendored LMDB, compiled as one unit by lmdb_build.c; xxhash/: xxHash, by filedigest.c)
+            depends=sorted(glob(f"{CSRC}/*.h") + glob(f"{CSRC}/lmdb/*") + glob(f"{CSRC}/xxhash/*")),
             include_dirs=[CSRC],
             optional=os.environ.get("BPE_STREAM_REQUIRE_C") != "1",
             extra_compile_args=["-O2"],

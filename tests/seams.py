@@ -14,6 +14,8 @@ Settings of the library turned down, so that small inputs behave like large ones
   several batches; ``chunk_bytes``: reads of that many bytes instead of 1 MiB;
 * ``beside_bytes``: one worker hashes a range on a thread while it counts it from that many
   bytes on, instead of 1 MiB (``sources.BESIDE_BYTES``);
+* ``digest_kind``: the kind of digest new file records get (``seen_files.NEW_KIND``):
+  ``"blake2b"`` writes the records of the releases before XXH3;
 * ``initial_map``: the store's first LMDB map size, so that the map has to grow;
 * ``stage_chunk_keys``: batches over that many keys are staged and applied one chunk of keys
   per transaction (``store.STAGE_CHUNK_KEYS``, with no larger chunks for small stores);
@@ -148,6 +150,10 @@ if "beside_bytes" in knobs:
     import bpe_stream.count.seen_files as sources
 
     sources.BESIDE_BYTES = knobs["beside_bytes"]
+if "digest_kind" in knobs:  # the records' digests as an earlier release made them ("blake2b")
+    import bpe_stream.count.seen_files as seen
+
+    seen.NEW_KIND = knobs["digest_kind"]
 if "initial_map" in knobs:
     store._INITIAL_MAP_SIZE = knobs["initial_map"]
 if "stage_chunk_keys" in knobs:

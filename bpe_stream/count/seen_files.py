@@ -20,6 +20,13 @@ for each file named:
 * any other change is refused (:class:`Refused`, naming ``--recount``).  A record made by an
   older bpe-stream has no digest: it is trusted only while size and time are unchanged.
 
+Digests are XXH3-128 (``"hash": "xxh3"`` in the record; ``csrc/filedigest.h`` says why) or,
+in records from before it and where the C extension is not built, BLAKE2b-160 (no ``hash``
+field).  A record is always checked with its own kind, and a file counted on keeps its
+record's kind, so stores of earlier releases go on as they were; a build without the
+extension cannot compute an ``xxh3`` digest, and judges such a record by size and time only,
+as an older record.
+
 A count then claims each file before it reads the file's record again and counts it, and holds
 the claim until the batch holding the file's last counts is committed (:class:`Claims`): a
 file another running count has claimed is skipped, so two counts on one store never count a
@@ -39,10 +46,13 @@ from dataclasses import dataclass
 from typing import Dict, Iterator, List, Optional, Tuple
 
 from ..inputs.reader import InputError, Source
+from ..native import fastbpe as _native
 from ..store.lmdb_store import Store, blake2b
 from ..inputs import cuts
 
-DIGEST_SIZE = 20
+DIGEST_SIZE = 20  # of a BLAKE2b digest (an XXH3 one is 16 bytes)
+BLAKE2B, XXH3 = "blake2b", "xxh3"  # a record's digest kind: its "hash" field (absent: BLAKE2B)
+NEW_KIND = XXH3 if _native is not None else BLAKE2B  # the kind of the records made here
 DIGEST_BLOCK = 1 << 20  # a resumed digest hashes on from the last multiple of this
 HEAD_BYTES = 1 << 16  # the digest of a file's first bytes, kept to tell files of one path apart (merge-stores)
 _READ = 1 << 20
@@ -55,16 +65,34 @@ class Refused(InputError):
 
 
 # -- digests ------------------------------------------------------------------------------
-class PrefixDigest:
-    """BLAKE2b of a file's bytes from its start, in blocks: after k whole blocks the state is
-    ``chain_k = H(chain_(k-1) + block_k)`` (``chain_0`` empty), and the digest of a prefix is
-    ``H(chain_k + the bytes after block k)``.  A record keeps ``[k * DIGEST_BLOCK, chain_k]``
-    beside the digest, so a resumed count hashes on from there instead of reading its
-    committed bytes again; ``head`` is the digest once ``HEAD_BYTES`` were fed."""
+def hasher(kind: str, data: bytes = b""):
+    """A new hasher of ``kind`` (XXH3 or BLAKE2B) fed ``data``: ``update``, ``digest``, ``copy``."""
+    if kind == XXH3:
+        return _native.FileDigest(data)
+    return blake2b(data, digest_size=DIGEST_SIZE)
 
-    def __init__(self, at: int = 0, chain: bytes = b"", head: Optional[list] = None):
-        self.at, self.chain, self.head = at, chain, head
-        self._tail = blake2b(chain, digest_size=DIGEST_SIZE)
+
+def record_kind(record: dict) -> Optional[str]:
+    """The kind of ``record``'s digests; None when this installation cannot compute it (an
+    ``xxh3`` record without the C extension, or a kind of a later release)."""
+    kind = record.get("hash", BLAKE2B)
+    return kind if kind == BLAKE2B or (kind == XXH3 and _native is not None) else None
+
+
+class PrefixDigest:
+    """The digest of ``kind`` of a file's bytes from its start, in blocks: after k whole blocks
+    the state is ``chain_k = H(chain_(k-1) + block_k)`` (``chain_0`` empty), and the digest of
+    a prefix is ``H(chain_k + the bytes after block k)``.  A record keeps ``[k * DIGEST_BLOCK,
+    chain_k]`` beside the digest, so a resumed count hashes on from there instead of reading
+    its committed bytes again; ``head`` is the digest once ``HEAD_BYTES`` were fed.
+
+    >>> d = PrefixDigest(kind=BLAKE2B); d.update(b"hello"); d.digest() == blake2b(b"hello", digest_size=20).digest()
+    True
+    """
+
+    def __init__(self, at: int = 0, chain: bytes = b"", head: Optional[list] = None, kind: Optional[str] = None):
+        self.at, self.chain, self.head, self.kind = at, chain, head, kind or NEW_KIND
+        self._tail = hasher(self.kind, chain)
         self._fed = 0  # bytes after ``at``
 
     @property
@@ -84,14 +112,14 @@ class PrefixDigest:
                 self.head = [HEAD_BYTES, self.digest()]
             if self._fed == DIGEST_BLOCK:
                 self.chain, self.at, self._fed = self._tail.digest(), self.at + DIGEST_BLOCK, 0
-                self._tail = blake2b(self.chain, digest_size=DIGEST_SIZE)
+                self._tail = hasher(self.kind, self.chain)
 
     def digest(self) -> bytes:
         return self._tail.digest()
 
     def copy(self) -> "PrefixDigest":
         twin = PrefixDigest.__new__(PrefixDigest)
-        twin.at, twin.chain, twin.head, twin._fed = self.at, self.chain, self.head, self._fed
+        twin.at, twin.chain, twin.head, twin._fed, twin.kind = self.at, self.chain, self.head, self._fed, self.kind
         twin._tail = self._tail.copy()
         return twin
 
@@ -100,16 +128,20 @@ class PrefixDigest:
         digest, head = self.digest(), self.head
         if head is None and self.length <= HEAD_BYTES:
             head = [self.length, digest]  # (None: resumed from a record that kept none)
-        return {"digest": digest, "chain": [self.at, self.chain], "head": head}
+        fields = {"digest": digest, "chain": [self.at, self.chain], "head": head}
+        if self.kind != BLAKE2B:  # (a BLAKE2b record is as earlier releases wrote it)
+            fields["hash"] = self.kind
+        return fields
 
     @classmethod
     def resumed(cls, record: dict) -> Optional["PrefixDigest"]:
-        """The digest state a record keeps (at a block boundary), or None (an older record)."""
-        chain = record.get("chain")
-        if not (isinstance(chain, list) and len(chain) == 2 and isinstance(chain[0], int) and chain[0] % DIGEST_BLOCK == 0
-                and isinstance(chain[1], bytes)):
+        """The digest state a record keeps (at a block boundary), or None (an older record, or a
+        kind this installation cannot compute)."""
+        chain, kind = record.get("chain"), record_kind(record)
+        if kind is None or not (isinstance(chain, list) and len(chain) == 2 and isinstance(chain[0], int)
+                                and chain[0] % DIGEST_BLOCK == 0 and isinstance(chain[1], bytes)):
             return None
-        return cls(chain[0], chain[1], record.get("head") if chain[0] >= HEAD_BYTES else None)
+        return cls(chain[0], chain[1], record.get("head") if chain[0] >= HEAD_BYTES else None, kind)
 
 
 def feed(path: str, start: int, end: int, digest: PrefixDigest, stops: Tuple[int, ...] = (),
@@ -139,8 +171,8 @@ def feed(path: str, start: int, end: int, digest: PrefixDigest, stops: Tuple[int
 
 
 def range_hasher():
-    """The BLAKE2b that a compressed or structured input's identity is (``documents``)."""
-    return blake2b(digest_size=DIGEST_SIZE)
+    """The hasher of a compressed or structured input's identity (``documents``): NEW_KIND."""
+    return hasher(NEW_KIND)
 
 
 class RangeCheck:
@@ -252,9 +284,9 @@ class HashedBeside:
         return self.same
 
 
-def _prefix_digest(path: str, offset: int, cut: int) -> Tuple[bytes, PrefixDigest]:
+def _prefix_digest(path: str, offset: int, cut: int, kind: str) -> Tuple[bytes, PrefixDigest]:
     """(digest of bytes [0, offset), the digest state at ``cut`` <= offset) of the file as it is."""
-    digest = PrefixDigest()
+    digest = PrefixDigest(kind=kind)
     at_cut = feed(path, 0, offset, digest, (cut,))[cut]
     return digest.digest(), at_cut
 
@@ -368,7 +400,9 @@ class FilePlan:
             self.prefix = prefix
         record = dict(self.source.identity(), offset=end, done=done, form=self.source.form.label)
         if done and digest is not None:
-            record["digest"] = digest
+            record["digest"] = digest  # (range_hasher's)
+            if NEW_KIND != BLAKE2B:
+                record["hash"] = NEW_KIND
         elif not done and self.prefix is not None:
             record["prefix"] = self.prefix
         return record
@@ -431,10 +465,17 @@ def _decide(source: Source, key: Optional[bytes], record: Optional[dict], settin
             "without the digest that tells whether it only grew; pass --recount to count it again on top "
             "of its old counts, or count it into a new store"
         )
+    kind = record_kind(record)
+    if kind is None:
+        raise Refused(
+            f"{name} changed since it was counted into this store, and its record's {record.get('hash')!r} digest, "
+            "which tells whether it only grew, needs bpe-stream's C extension; pass --recount to count it again "
+            "on top of its old counts, or count it into a new store"
+        )
     if size < offset:
         raise _changed(source)
     cut = offset if done and size == offset else last_cut(source.name, offset, settings)
-    digest, at_cut = _prefix_digest(source.name, offset, cut)
+    digest, at_cut = _prefix_digest(source.name, offset, cut, kind)
     if digest != record["digest"]:
         raise _changed(source)
     if done and size == offset:
@@ -449,17 +490,23 @@ def _decide(source: Source, key: Optional[bytes], record: Optional[dict], settin
     return plan
 
 
-def whole_digest(path: str) -> bytes:
-    """BLAKE2b of all of a file's bytes: the identity of a file read as documents (a compressed
-    file cannot be resumed by its prefix's digest: a prefix of the compressed bytes is not a
-    prefix of the text)."""
-    hasher = range_hasher()
+def whole_digest(path: str, kind: str) -> bytes:
+    """The digest of ``kind`` of all of a file's bytes: the identity of a file read as
+    documents (a compressed file cannot be resumed by its prefix's digest: a prefix of the
+    compressed bytes is not a prefix of the text)."""
+    whole = hasher(kind)
     with open(path, "rb") as f:
         while True:
             block = f.read(_READ)
             if not block:
-                return hasher.digest()
-            hasher.update(block)
+                return whole.digest()
+            whole.update(block)
+
+
+def _whole_matches(path: str, record: dict) -> bool:
+    """Whether a record of a file read as documents has the digest of all of ``path``'s bytes."""
+    kind = record_kind(record)
+    return isinstance(record.get("digest"), bytes) and kind is not None and whole_digest(path, kind) == record["digest"]
 
 
 def _decide_document(source: Source, key: Optional[bytes], record: Optional[dict], recount: bool) -> FilePlan:
@@ -493,8 +540,7 @@ def _decide_document(source: Source, key: Optional[bytes], record: Optional[dict
             plan.message = f"resuming {name} at {where}" + (
                 " (decompressing it from its start up to there)" if source.form.compression else "")
         return plan
-    if done and record.get("size") == source.size and isinstance(record.get("digest"), bytes) \
-            and whole_digest(name) == record["digest"]:
+    if done and record.get("size") == source.size and _whole_matches(name, record):
         plan.skip = f"skipped {name}: already counted (its content is unchanged)"
         plan.refresh = True
         return plan
@@ -524,7 +570,7 @@ def _resume_digest(source: Source, record: dict, offset: int) -> PrefixDigest:
     (hashing at most one block), or from byte 0 for a record without one."""
     digest = PrefixDigest.resumed(record)
     if digest is None or digest.at > offset:
-        digest = PrefixDigest()
+        digest = PrefixDigest(kind=record_kind(record) or NEW_KIND)
     feed(source.name, digest.at, offset, digest)
     return digest
 
@@ -548,12 +594,11 @@ def _same_file(source: Source, key: bytes, record: dict) -> bool:
     except OSError:
         pass
     if record.get("form") is not None:  # read as documents: identified by all its bytes
-        return (bool(record.get("done")) and record.get("size") == source.size
-                and isinstance(record.get("digest"), bytes) and whole_digest(source.name) == record["digest"])
-    offset = record.get("offset", 0)
-    if not isinstance(record.get("digest"), bytes) or offset > source.size:
+        return bool(record.get("done")) and record.get("size") == source.size and _whole_matches(source.name, record)
+    offset, kind = record.get("offset", 0), record_kind(record)
+    if not isinstance(record.get("digest"), bytes) or kind is None or offset > source.size:
         return False
-    return _prefix_digest(source.name, offset, offset)[0] == record["digest"]
+    return _prefix_digest(source.name, offset, offset, kind)[0] == record["digest"]
 
 
 def what_stays(store: Store, source: Source) -> str:

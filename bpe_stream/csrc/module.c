@@ -26,6 +26,8 @@
  *   storecheck.{h,c}  an LMDB data file's structure checked           -> store_check()
  *   storewrite.{h,c}  a batch of counts written into the store        -> StoreWriter
  *                     (LMDB itself: lmdb/, compiled by lmdb_build.c)
+ *   filedigest.{h,c}  the XXH3-128 digest of a counted file's bytes  -> FileDigest
+ *                     (xxHash itself: xxhash/)
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -34,6 +36,7 @@
 
 #include "common.h"
 #include "encoder.h"
+#include "filedigest.h"
 #include "idformat.h"
 #include "layout.h"
 #include "merge_loop.h"
@@ -1620,6 +1623,94 @@ static PyTypeObject StoreWriterType = {
     .tp_methods = sw_methods,
 };
 
+/* -- FileDigest: filedigest.h ------------------------------------------------------------ */
+typedef struct {
+    PyObject_HEAD
+    bs_filedigest *d;
+} FileDigestObject;
+
+static PyTypeObject FileDigestType;
+/* Feeds of at least this many bytes run without the GIL (a count hashes on a thread). */
+#define FD_NOGIL_BYTES 65536
+
+static int fd_feed(FileDigestObject *self, PyObject *data) {
+    Py_buffer view;
+    if (PyObject_GetBuffer(data, &view, PyBUF_SIMPLE) < 0) return -1;
+    if (view.len >= FD_NOGIL_BYTES) {
+        Py_BEGIN_ALLOW_THREADS
+        bs_fd_update(self->d, view.buf, (size_t)view.len);
+        Py_END_ALLOW_THREADS
+    } else {
+        bs_fd_update(self->d, view.buf, (size_t)view.len);
+    }
+    PyBuffer_Release(&view);
+    return 0;
+}
+
+static PyObject *fd_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
+    static char *kwlist[] = {"data", NULL};
+    PyObject *data = NULL;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|O", kwlist, &data)) return NULL;
+    FileDigestObject *self = (FileDigestObject *)type->tp_alloc(type, 0);
+    if (!self) return NULL;
+    self->d = bs_fd_new();
+    if (!self->d) {
+        Py_DECREF(self);
+        return PyErr_NoMemory();
+    }
+    if (data && fd_feed(self, data) < 0) {
+        Py_DECREF(self);
+        return NULL;
+    }
+    return (PyObject *)self;
+}
+
+static void fd_dealloc(FileDigestObject *self) {
+    bs_fd_free(self->d);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *fd_update(FileDigestObject *self, PyObject *data) {
+    if (fd_feed(self, data) < 0) return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyObject *fd_digest(FileDigestObject *self, PyObject *Py_UNUSED(ignored)) {
+    uint8_t out[BS_FD_DIGEST_SIZE];
+    bs_fd_digest(self->d, out);
+    return PyBytes_FromStringAndSize((const char *)out, BS_FD_DIGEST_SIZE);
+}
+
+static PyObject *fd_copy(FileDigestObject *self, PyObject *Py_UNUSED(ignored)) {
+    FileDigestObject *twin = (FileDigestObject *)FileDigestType.tp_alloc(&FileDigestType, 0);
+    if (!twin) return NULL;
+    twin->d = bs_fd_copy(self->d);
+    if (!twin->d) {
+        Py_DECREF(twin);
+        return PyErr_NoMemory();
+    }
+    return (PyObject *)twin;
+}
+
+static PyMethodDef fd_methods[] = {
+    {"update", (PyCFunction)fd_update, METH_O, "update(data): feed a bytes-like object"},
+    {"digest", (PyCFunction)fd_digest, METH_NOARGS, "digest() -> 16 bytes: XXH3-128 of what was fed, big-endian"},
+    {"copy", (PyCFunction)fd_copy, METH_NOARGS, "copy() -> a FileDigest that goes on from here"},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject FileDigestType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "bpe_stream._fastbpe.FileDigest",
+    .tp_doc = "FileDigest(data=b'')\n\nThe XXH3-128 digest of the bytes fed (filedigest.h), as hashlib's\n"
+              "objects: update(), digest(), copy().",
+    .tp_basicsize = sizeof(FileDigestObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_new = fd_new,
+    .tp_dealloc = (destructor)fd_dealloc,
+    .tp_methods = fd_methods,
+};
+
 static PyObject *set_limit32(PyObject *self, PyObject *args, PyObject *kwds) {
     static char *kwlist[] = {"limit", NULL};
     unsigned long long limit;
@@ -1718,13 +1809,15 @@ static int add_lmdb_error(PyObject *m) {
 
 PyMODINIT_FUNC PyInit__fastbpe(void) {
     if (PyType_Ready(&MergeLoopType) < 0 || PyType_Ready(&EncoderType) < 0 ||
-        PyType_Ready(&CountTableType) < 0 || PyType_Ready(&StoreWriterType) < 0)
+        PyType_Ready(&CountTableType) < 0 || PyType_Ready(&StoreWriterType) < 0 ||
+        PyType_Ready(&FileDigestType) < 0)
         return NULL;
     PyObject *m = PyModule_Create(&module);
     if (!m) return NULL;
     if (add_type(m, "MergeLoop", &MergeLoopType) < 0 ||
         add_type(m, "Encoder", &EncoderType) < 0 || add_type(m, "CountTable", &CountTableType) < 0 ||
-        add_type(m, "StoreWriter", &StoreWriterType) < 0 || add_lmdb_error(m) < 0 ||
+        add_type(m, "StoreWriter", &StoreWriterType) < 0 || add_type(m, "FileDigest", &FileDigestType) < 0 ||
+        add_lmdb_error(m) < 0 ||
         add_layout(m) < 0 || add_scan_constants(m) < 0) {
         Py_DECREF(m);
         return NULL;

@@ -97,7 +97,7 @@ _PENDING = b"pending"  # in meta: the staged batch's source records and totals
 # flipped inside a count changes the sum.  Stores from before it have none and go unchecked.
 _CHECK = b"check"
 _SOURCE_DIGESTS = b"source-digests/"  # in meta: + a source key -> its record's DIGEST_FIELDS
-DIGEST_FIELDS = ("digest", "chain", "head")
+DIGEST_FIELDS = ("digest", "chain", "head", "hash")  # ("hash": their kind, count/seen_files.py)
 _STAGED = b"staged/"  # in meta: + 4-byte big-endian chunk number -> msgpack [keys, counts]
 # In meta: msgpack [exact, [[count, pretoken], ...]] -- the TOP_KEPT most frequent pretokens
 # (count descending, then bytes), kept by every transaction that adds counts, so that ``stats``

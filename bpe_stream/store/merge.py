@@ -128,9 +128,10 @@ def _what(key: bytes) -> str:
 
 def _different_files(a: dict, b: dict) -> bool:
     """Two records of one path that are different files by their first bytes (the same path on
-    two machines): their heads -- digests of as many first bytes -- differ."""
+    two machines): their heads -- digests of as many first bytes, of one kind -- differ."""
     heads = [r.get("head") if isinstance(r, dict) else None for r in (a, b)]
-    return (all(isinstance(h, list) and len(h) == 2 for h in heads) and heads[0][0] == heads[1][0]
+    kinds = {r.get("hash", "blake2b") for r in (a, b) if isinstance(r, dict)}  # (digests of one kind compare)
+    return (len(kinds) == 1 and all(isinstance(h, list) and len(h) == 2 for h in heads) and heads[0][0] == heads[1][0]
             and heads[0][1] != heads[1][1])
 
 
