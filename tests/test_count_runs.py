@@ -215,9 +215,13 @@ def test_two_workers_whose_runs_are_compacted_give_the_store_of_one(tmp_path, mo
     from bpe_stream.inputs.reader import Source
     from bpe_stream.store.lmdb_store import Store
 
-    compactions = []
-    real_compact = counting._Batch._compact
+    compactions, threads = [], []
+    real_compact, real_threads = counting._Batch._compact, count_table.merge_threads
     monkeypatch.setattr(counting._Batch, "_compact", lambda self: compactions.append(len(self.runs)) or real_compact(self))
+    # every merge of several runs on several threads, however small (native: the key space split)
+    monkeypatch.setattr(count_table, "PARALLEL_MERGE_BYTES", 0)
+    monkeypatch.setattr(count_table.os, "cpu_count", lambda: 3)
+    monkeypatch.setattr(count_table, "merge_threads", lambda runs: threads.append(real_threads(runs)) or threads[-1])
     monkeypatch.setattr(counting, "MAX_RUNS", max_runs)
     monkeypatch.setattr(counting, "MIN_BALANCED_RANGE", 256)
     if compact_at is not None:
@@ -233,6 +237,7 @@ def test_two_workers_whose_runs_are_compacted_give_the_store_of_one(tmp_path, mo
             with st_.reader() as txn:
                 stores.append((dict(st_.iter_words(txn)), st_.totals(txn)))
     assert compactions, "the two-worker count merged no runs on the way"
+    assert count_table._native is None or max(threads) > 1
     assert stores[0] == stores[1]
 
 
@@ -300,3 +305,77 @@ def test_any_worker_count_budget_and_range_gives_the_store_of_one_worker(corpus_
             with st_.reader() as txn:
                 got = dict(st_.iter_words(txn)), st_.totals(txn), st_.top_pretokens(txn, 64)
     assert got == one_worker_store
+
+
+# -- the native merge on several threads ----------------------------------------------------
+# Few distinct keys, so that a key is often in several runs -- and the pivots, keys of the
+# largest run, often fall on a key that other runs hold too.
+_SHARED = st.sampled_from([b"", b"a", b"a\x00", b"ab", b"b", b"prefix_8", b"prefix_8a", b"prefix_8b", b"\xff" * 9])
+_THREAD_PARTS = st.lists(st.dictionaries(_SHARED | KEYS, st.integers(1, 1 << 40), max_size=40), max_size=7)
+
+
+@native
+@given(parts=_THREAD_PARTS, threads=st.integers(1, 9))
+def test_the_threaded_merge_gives_the_bytes_of_the_python_merge(parts, threads):
+    """merge_runs_packed(threads=k) against the heapq merge: the same run and entries, for no
+    runs, one, empty ones, keys shared by every run, and more threads than keys."""
+    runs = [run_of(p) for p in parts]
+    assert count_table._native.merge_runs_packed(runs, threads=threads) == py_merge_runs_packed(runs)
+
+
+@native
+@pytest.mark.parametrize("threads", [2, 3, 8])
+def test_the_threaded_merge_of_large_runs_that_share_keys(threads):
+    rng = random.Random(threads)
+    shared = [rng.randbytes(rng.randrange(1, 9)) for _ in range(500)]
+    parts = [{k: rng.randrange(1, 50) for k in rng.sample(shared, 300)} | {rng.randbytes(6): 1 for _ in range(2000)}
+             for _ in range(5)]
+    runs = [run_of(p) for p in parts]
+    assert count_table._native.merge_runs_packed(runs, threads=threads) == py_merge_runs_packed(runs)
+
+
+def packed_list(keys: list) -> bytes:
+    """Keys packed as a run in the order given, each counted once (repeats kept)."""
+    return b"".join(struct.pack("<I", len(k)) + k + struct.pack("<Q", 1) for k in keys)
+
+
+@native
+@pytest.mark.parametrize("threads", [2, 5])
+@pytest.mark.parametrize(
+    "runs",
+    [
+        [run_of({bytes([k]): 1 for k in range(40)}), pack_counts({b"b": 1, b"a": 1})],  # one out of order
+        [run_of({bytes([k]): 1 for k in range(40)}), run_of({b"a": 1, b"zz": 2})[:-1]],  # one cut short
+        [packed_list([bytes([k]) for k in (*range(20), 19, *range(20, 40))]), run_of({b"a": 1})],  # a key repeated
+        # the largest run, whose keys are the pivots, decreasing: cuts found with them would not increase
+        [packed_list([bytes([k]) for k in range(90, 0, -1)]), run_of({bytes([k]): 1 for k in range(5, 85, 3)})],
+    ],
+    ids=["unordered", "truncated", "repeated", "largest-unordered"],
+)
+def test_the_threaded_merge_refuses_what_the_one_thread_merge_refuses(threads, runs):
+    with pytest.raises(ValueError, match="malformed or not in increasing key order"):
+        count_table._native.merge_runs_packed(runs, threads=threads)
+
+
+@native
+@pytest.mark.parametrize("threads", [2, 4])
+def test_the_threaded_merge_refuses_a_sum_past_64_bits(threads):
+    big = {bytes([k]): 1 for k in range(60)}
+    runs = [run_of(big | {b"\x30": MAX_COUNT}), run_of(big), run_of({b"\x30": 1})]
+    with pytest.raises(OverflowError):
+        count_table._native.merge_runs_packed(runs, threads=threads)
+    assert count_table._native.merge_runs_packed(runs[1:], threads=threads) == py_merge_runs_packed(runs[1:])
+
+
+@native
+def test_merge_threads_are_one_for_small_runs_and_at_most_the_runs_and_the_cpus(monkeypatch):
+    monkeypatch.setattr(count_table, "PARALLEL_MERGE_BYTES", 100)
+    monkeypatch.setattr(count_table.os, "cpu_count", lambda: 3)
+    small, large = run_of({b"a": 1}), run_of({b"x%d" % i: 1 for i in range(20)})
+    assert count_table.merge_threads([small, small]) == 1  # under PARALLEL_MERGE_BYTES
+    assert count_table.merge_threads([large]) == 1
+    assert count_table.merge_threads([large, small]) == 2
+    assert count_table.merge_threads([large] * 5) == 3
+    for bad in (0, 257):
+        with pytest.raises(ValueError, match="threads must be from 1 to 256"):
+            count_table._native.merge_runs_packed([large], threads=bad)

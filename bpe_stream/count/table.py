@@ -9,7 +9,8 @@ pretoken's bytes and a little-endian u64 count -- lets a worker hand its partial
 the parent without a Python object per pretoken.  Packed in key order (``pack(sorted=True)``)
 it is a *run*: a worker's runs are merged by the parent in one sequential pass
 (:func:`merge_runs`, k-way, equal keys summed) into the sorted lists the store takes, or into
-one run (:func:`merge_runs_packed`) to hold a batch's counts without their repeats.
+one run (:func:`merge_runs_packed`) to hold a batch's counts without their repeats -- natively
+on several threads when the runs are large (:func:`merge_threads`), the same bytes.
 
 >>> a, b = PyCountTable(), PyCountTable()
 >>> a.feed(b"ab a ab", "gpt2"), b.feed(b"ab b", "gpt2")
@@ -24,6 +25,7 @@ in C, counts in native memory) when the extension is built, and :class:`PyCountT
 
 from __future__ import annotations
 
+import os
 import re
 import struct
 from functools import cache
@@ -187,11 +189,29 @@ def py_merge_runs(runs: Sequence) -> Tuple[List[bytes], List[int]]:
     return keys, counts
 
 
-def py_merge_runs_packed(runs: Sequence) -> Tuple[bytes, int]:
+def py_merge_runs_packed(runs: Sequence, *, threads: int = 1) -> Tuple[bytes, int]:
+    """The native ``merge_runs_packed`` in Python (``threads``: taken, unused)."""
     keys, counts = py_merge_runs(runs)
     return pack_counts(dict(zip(keys, counts))), len(keys)
 
 
+# Runs smaller than this in all are merged on one thread: a thread's start and the walk that
+# indexes the runs for the split would cost more than the few milliseconds saved.
+PARALLEL_MERGE_BYTES = 4 << 20
+
+
+def merge_threads(runs: Sequence) -> int:
+    """The threads the native merge of ``runs`` uses: one per run up to the machine's CPUs (the
+    key space is split between them), one for small runs."""
+    if len(runs) < 2 or sum(map(len, runs)) < PARALLEL_MERGE_BYTES:
+        return 1
+    return max(1, min(len(runs), os.cpu_count() or 1))
+
+
+def _native_merge_runs_packed(runs: Sequence) -> Tuple[bytes, int]:
+    return _native.merge_runs_packed(runs, threads=merge_threads(runs))
+
+
 CountTable = NativeCountTable if NativeCountTable is not None else PyCountTable
 merge_runs = _native.merge_runs if _native is not None else py_merge_runs
-merge_runs_packed = _native.merge_runs_packed if _native is not None else py_merge_runs_packed
+merge_runs_packed = _native_merge_runs_packed if _native is not None else py_merge_runs_packed

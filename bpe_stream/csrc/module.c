@@ -1083,6 +1083,21 @@ static int parse_runs(PyObject *args, PyObject *kwargs, const char *format, runs
     return r->runs != NULL;
 }
 
+/* merge_runs_packed's: the runs, and the threads (keyword only, 1 to BS_RUNS_THREADS_MAX). */
+static int parse_packed_runs(PyObject *args, PyObject *kwargs, runs_arg *r, size_t *threads) {
+    static char *keywords[] = {"runs", "threads", NULL};
+    PyObject *seq;
+    Py_ssize_t n = 1;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|$n:merge_runs_packed", keywords, &seq, &n)) return 0;
+    if (n < 1 || (size_t)n > BS_RUNS_THREADS_MAX) {
+        PyErr_Format(PyExc_ValueError, "threads must be from 1 to %u", BS_RUNS_THREADS_MAX);
+        return 0;
+    }
+    *threads = (size_t)n;
+    r->runs = runs_of(seq, &r->views, &r->n, &r->total);
+    return r->runs != NULL;
+}
+
 typedef struct {
     PyObject *keys, *counts;
 } lists_out;
@@ -1122,17 +1137,23 @@ static PyObject *py_merge_runs(PyObject *self, PyObject *args, PyObject *kwargs)
     return result;
 }
 
-PyDoc_STRVAR(merge_runs_packed_doc, "merge_runs_packed(runs) -> (run, entries)\n\n"
-                                    "``merge_runs`` into one run (bytes) and its number of entries.");
+PyDoc_STRVAR(merge_runs_packed_doc, "merge_runs_packed(runs, *, threads=1) -> (run, entries)\n\n"
+                                    "``merge_runs`` into one run (bytes) and its number of entries, on up to\n"
+                                    "``threads`` threads (the key space split between them; the same result).");
 
 static PyObject *py_merge_runs_packed(PyObject *self, PyObject *args, PyObject *kwargs) {
     runs_arg r;
-    if (!parse_runs(args, kwargs, "O:merge_runs_packed", &r)) return NULL;
+    size_t threads;
+    if (!parse_packed_runs(args, kwargs, &r, &threads)) return NULL;
     PyObject *out = r.total <= PY_SSIZE_T_MAX ? PyBytes_FromStringAndSize(NULL, (Py_ssize_t)r.total) : PyErr_NoMemory();
     PyObject *result = NULL;
     if (out) {
         size_t len = 0, entries = 0;
-        int rc = bs_runs_merge_packed(r.runs, (size_t)r.n, (uint8_t *)PyBytes_AS_STRING(out), &len, &entries);
+        int rc;
+        uint8_t *buf = (uint8_t *)PyBytes_AS_STRING(out);
+        Py_BEGIN_ALLOW_THREADS /* (the runs' buffers are held: their views until release_runs) */
+        rc = bs_runs_merge_packed_threads(r.runs, (size_t)r.n, threads, buf, &len, &entries);
+        Py_END_ALLOW_THREADS
         if (rc != BS_CT_OK)
             runs_error(rc);
         else if (_PyBytes_Resize(&out, (Py_ssize_t)len) == 0) {

@@ -43,4 +43,11 @@ int bs_runs_merge(const bs_run *runs, size_t n, bs_runs_emit emit, void *ctx);
  * merge never exceeds); *out_len gets its length and *entries (if not NULL) its keys. */
 int bs_runs_merge_packed(const bs_run *runs, size_t n, uint8_t *out, size_t *out_len, size_t *entries);
 
+/* bs_runs_merge_packed on up to `threads` threads (the calling one among them; at most
+ * BS_RUNS_THREADS_MAX): the key space cut into that many ranges, merged concurrently.  The
+ * same bytes, entries and status as bs_runs_merge_packed for every input; threads < 2: it. */
+#define BS_RUNS_THREADS_MAX 256u
+int bs_runs_merge_packed_threads(const bs_run *runs, size_t n, size_t threads, uint8_t *out, size_t *out_len,
+                                 size_t *entries);
+
 #endif
