@@ -205,7 +205,7 @@ def merge_threads(runs: Sequence) -> int:
     key space is split between them), one for small runs."""
     if len(runs) < 2 or sum(map(len, runs)) < PARALLEL_MERGE_BYTES:
         return 1
-    return max(1, min(len(runs), os.cpu_count() or 1))
+    return min(len(runs), os.cpu_count() or 1)
 
 
 def _native_merge_runs_packed(runs: Sequence) -> Tuple[bytes, int]:
