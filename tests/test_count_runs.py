@@ -379,3 +379,11 @@ def test_merge_threads_are_one_for_small_runs_and_at_most_the_runs_and_the_cpus(
     for bad in (0, 257):
         with pytest.raises(ValueError, match="threads must be from 1 to 256"):
             count_table._native.merge_runs_packed([large], threads=bad)
+
+
+@native
+def test_the_threaded_merge_of_thousands_of_runs_on_the_most_threads():
+    """5,000 runs on 256 threads asked: fewer parts (the cuts' arrays are bounded), the same run."""
+    rng = random.Random(36)
+    runs = [run_of({rng.randbytes(2): rng.randrange(1, 9) for _ in range(rng.randrange(0, 4))}) for _ in range(5000)]
+    assert count_table._native.merge_runs_packed(runs, threads=256) == py_merge_runs_packed(runs)

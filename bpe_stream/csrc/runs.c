@@ -184,6 +184,7 @@ int bs_runs_merge_packed(const bs_run *runs, size_t n, uint8_t *out, size_t *out
  * bs_runs_merge_packed's. */
 
 #define SAMPLE_EVERY 32          /* entries between two offsets the index of a run keeps */
+#define MAX_SLICES (1u << 20)    /* parts times runs at most: the cuts' arrays stay under 25 MB */
 #define THREAD_STACK (256 << 10) /* the jobs keep what they need on the heap */
 
 /* fn(jobs + i * size) for i in [0, count): job 0 on this thread, the others on threads of their
@@ -377,6 +378,7 @@ static int merge_cut(const bs_run *runs, size_t n, const run_index *ix, size_t t
 int bs_runs_merge_packed_threads(const bs_run *runs, size_t n, size_t threads, uint8_t *out, size_t *out_len,
                                  size_t *entries) {
     if (threads > BS_RUNS_THREADS_MAX) threads = BS_RUNS_THREADS_MAX;
+    if (n > 0 && threads > MAX_SLICES / n) threads = MAX_SLICES / n; /* (many runs: fewer parts) */
     if (threads < 2 || n == 0 || n > BS_RUNS_MAX) return bs_runs_merge_packed(runs, n, out, out_len, entries);
     run_index *ix = calloc(n, sizeof *ix);
     int rc = ix ? index_runs(runs, n, ix, threads) : BS_CT_ENOMEM;
