@@ -847,11 +847,14 @@ class Store:
         docstring): py-lmdb's handle is closed first and reopened after the native one is
         closed, whatever happens in between -- LMDB allows one open of an environment per
         process, and a second handle's close would drop the first one's locks."""
-        with _sigint_deferred():
-            map_size = self.env.info()["map_size"]
-            self.env.close()
-        committed = False
+        committed = closed = False
         try:
+            # (a Ctrl-C held back while py-lmdb's handle closes is raised as this block ends:
+            # inside the try, so that the handle is reopened below)
+            with _sigint_deferred():
+                map_size = self.env.info()["map_size"]
+                self.env.close()
+                closed = True
             try:
                 writer = _StoreWriter(self.path, map_size)
             except _native.LmdbError as exc:
@@ -864,14 +867,19 @@ class Store:
                 map_size = writer.map_size()
                 writer.close()
         finally:
-            with _sigint_deferred():
-                try:
-                    self.env = _open_env(self.path, map_size, self.readonly, False, self.lock)
-                except lmdb.Error as exc:
-                    raise StoreError(f"cannot reopen the store at {self.path}: {exc}") from None
-                self.db = _open_dbs(self.env, self.readonly, self.path)
-                if committed:  # (the native commit is the file's last, as close() checks)
-                    self._committed = self.env.info()["last_txnid"]
+            if closed:
+                self._reopen_after_native(map_size, committed)
+
+    def _reopen_after_native(self, map_size: int, committed: bool) -> None:
+        """py-lmdb's handle opened again after the native writer's (a Ctrl-C held back meanwhile)."""
+        with _sigint_deferred():
+            try:
+                self.env = _open_env(self.path, map_size, self.readonly, False, self.lock)
+            except lmdb.Error as exc:
+                raise StoreError(f"cannot reopen the store at {self.path}: {exc}") from None
+            self.db = _open_dbs(self.env, self.readonly, self.path)
+            if committed:  # (the native commit is the file's last, as close() checks)
+                self._committed = self.env.info()["last_txnid"]
 
     def _native_transaction(self, writer, fn):
         while True:
