@@ -208,6 +208,7 @@ class NumpyLikeId:
 
 def test_the_library_names_a_wrong_type_and_accepts_what_users_pass(tmp_path):
     from bpe_stream import Tokenizer
+    from bpe_stream.encode.tokenizer import TokenizerError
     from bpe_stream.train.pipeline import train_bpe, train_from_iterator
 
     texts = ["hello world, hello <s> there"] * 20
@@ -233,6 +234,10 @@ def test_the_library_names_a_wrong_type_and_accepts_what_users_pass(tmp_path):
         assert words_ in str(info.value), (words_, str(info.value))
     # accepted: numpy-style ids, bytes special tokens, a tokenizer's path
     assert tok.decode([NumpyLikeId(i) for i in tok.encode("hello there")]) == "hello there"
+    with pytest.raises(TokenizerError, match="id 270 is not in the vocabulary"):  # (checked on the way)
+        tok.decode([NumpyLikeId(1), NumpyLikeId(270)])
+    with pytest.raises(TypeError, match="not str"):
+        tok.decode([1, 2, "3"])
     vocab, merges_ = train_bpe(str(tmp_path / "c.txt"), 270, [b"<s>"])
     assert vocab == train_bpe(str(tmp_path / "c.txt"), 270, ["<s>"])[0] and b"<s>" in vocab.values()
     assert Tokenizer.from_vocab_merges(vocab, merges_, [b"<s>"]).special_tokens == ["<s>"]
