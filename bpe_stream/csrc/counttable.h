@@ -42,6 +42,15 @@ static inline uint64_t bs_ct_get_le(const uint8_t *in, int bytes) {
     return v;
 }
 
+/* The keys' order -- a sorted run's (runs.h), Python's bytes and LMDB's default: memcmp over
+ * the shorter length, then the shorter first. */
+static inline int bs_ct_key_cmp(const uint8_t *a, size_t alen, const uint8_t *b, size_t blen) {
+    size_t n = alen < blen ? alen : blen;
+    int c = n ? memcmp(a, b, n) : 0;
+    if (c) return c;
+    return alen < blen ? -1 : alen > blen;
+}
+
 /* One packed entry written at out (len bytes of key; key may be NULL when len is 0);
  * returns the byte after it. */
 static inline uint8_t *bs_ct_put_entry(uint8_t *out, const uint8_t *key, size_t len, uint64_t count) {

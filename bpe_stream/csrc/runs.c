@@ -9,14 +9,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* bytes order: memcmp over the shorter length, then the shorter first */
-static inline int key_cmp(const uint8_t *a, size_t alen, const uint8_t *b, size_t blen) {
-    size_t n = alen < blen ? alen : blen;
-    int c = n ? memcmp(a, b, n) : 0;
-    if (c) return c;
-    return alen < blen ? -1 : alen > blen;
-}
-
 int bs_runs_pack_sorted(const bs_counttable *t, uint8_t *out) {
     size_t n = bs_ct_len(t);
     if (n == 0) return BS_CT_OK;
@@ -68,7 +60,7 @@ static int cursor_next(cursor *c, int first) {
     int got = bs_ct_next_entry(c->buf, c->size, &c->off, &key, &len, &count);
     if (got <= 0) return got;
     uint64_t head = head_of(key, len);
-    if (!first && (head < c->head || (head == c->head && key_cmp(c->key, c->len, key, len) >= 0)))
+    if (!first && (head < c->head || (head == c->head && bs_ct_key_cmp(c->key, c->len, key, len) >= 0)))
         return BS_CT_EPACKED;
     c->key = key;
     c->len = len;
@@ -79,7 +71,7 @@ static int cursor_next(cursor *c, int first) {
 
 static inline int cursor_less(const cursor *a, const cursor *b) {
     if (a->head != b->head) return a->head < b->head;
-    return key_cmp(a->key, a->len, b->key, b->len) < 0;
+    return bs_ct_key_cmp(a->key, a->len, b->key, b->len) < 0;
 }
 
 /* heap[0:n) of cursor indexes: restores the order below position i */
@@ -137,7 +129,7 @@ int bs_runs_merge(const bs_run *runs, size_t n, bs_runs_emit emit, void *ctx) {
             if (!got) heap[0] = heap[--live];
             if (live) sift_down(cur, heap, live, 0);
             c = &cur[heap[0]];
-        } while (live && c->head == head && key_cmp(c->key, c->len, key, len) == 0);
+        } while (live && c->head == head && bs_ct_key_cmp(c->key, c->len, key, len) == 0);
         if ((rc = emit(ctx, key, len, sum)) != 0) goto done;
     }
 done:
@@ -286,7 +278,7 @@ static size_t lower_bound(const bs_run *r, const run_index *ix, const uint8_t *p
     while (lo < hi) { /* lo: the samples whose keys are < p */
         size_t mid = lo + (hi - lo) / 2;
         const uint8_t *key = key_at(r, ix->at[mid], &klen);
-        if (key_cmp(key, klen, p, plen) < 0) lo = mid + 1;
+        if (bs_ct_key_cmp(key, klen, p, plen) < 0) lo = mid + 1;
         else hi = mid;
     }
     size_t off = lo ? ix->at[lo - 1] : 0, here = off;
@@ -294,7 +286,7 @@ static size_t lower_bound(const bs_run *r, const run_index *ix, const uint8_t *p
     uint64_t count;
     klen = 0;
     while (bs_ct_next_entry(r->buf, r->len, &off, &key, &klen, &count) == 1) {
-        if (key_cmp(key, klen, p, plen) >= 0) return here;
+        if (bs_ct_key_cmp(key, klen, p, plen) >= 0) return here;
         here = off;
     }
     return r->len;
@@ -315,7 +307,7 @@ static size_t cut_runs(const bs_run *runs, size_t n, const run_index *ix, size_t
         if (k == 0 || k == last) continue;            /* (none at the start, none twice) */
         last = k;
         const uint8_t *pivot = key_of_entry(&runs[big], &ix[big], k, &plen);
-        if (last_pivot && key_cmp(last_pivot, last_len, pivot, plen) >= 0) return 0;
+        if (last_pivot && bs_ct_key_cmp(last_pivot, last_len, pivot, plen) >= 0) return 0;
         last_pivot = pivot, last_len = plen;
         for (size_t i = 0; i < n; i++) cut[made * n + i] = lower_bound(&runs[i], &ix[i], pivot, plen);
         made++;

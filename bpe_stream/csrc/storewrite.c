@@ -145,13 +145,6 @@ int bs_sw_stat(bs_sw *w, int db, uint64_t *entries, uint64_t *pages) {
 
 /* -- the merge of sorted counts into the words table --------------------------------------- */
 
-/* Python's bytes order (and LMDB's default): memcmp over the shorter, then the shorter first. */
-static int key_cmp(const uint8_t *a, size_t al, const uint8_t *b, size_t bl) {
-    int c = memcmp(a, b, al < bl ? al : bl);
-    if (c) return c;
-    return al < bl ? -1 : al > bl;
-}
-
 typedef struct {
     bs_sw *w;
     MDB_cursor *cur;
@@ -219,7 +212,7 @@ static int skip(bs_sw_result *r, const uint8_t *key, size_t len, uint64_t count)
  * smaller bytes first); top_sorted then orders it best first. */
 static int ranks_below(const bs_sw_skip *a, const bs_sw_skip *b) {
     if (a->count != b->count) return a->count < b->count;
-    return key_cmp(a->key, a->len, b->key, b->len) > 0;
+    return bs_ct_key_cmp(a->key, a->len, b->key, b->len) > 0;
 }
 
 static void top_sift_down(bs_sw_skip *heap, size_t n, size_t i) {
@@ -293,7 +286,7 @@ static int merge_one(merger *m, const uint8_t *key, size_t klen, uint64_t n) {
     add128(&r->total_lo, &r->total_hi, n);
     if (n == 0) return 0; /* adds nothing (the Python path writes nothing for it either) */
     if (klen == 0 || klen > m->max_key) return skip(r, key, klen, n);
-    if (!m->appending && key_cmp(key, klen, m->last, m->last_len) > 0) m->appending = 1;
+    if (!m->appending && bs_ct_key_cmp(key, klen, m->last, m->last_len) > 0) m->appending = 1;
     if (m->appending) return put_new(m, key, klen, n, MDB_APPEND);
     uint8_t value[8];
     MDB_val k = {klen, (void *)key}, v = {8, value};
@@ -324,7 +317,7 @@ int bs_sw_add_run(bs_sw *w, const uint8_t *run, size_t len, uint64_t floor, size
     uint64_t count;
     for (;;) {
         int more = bs_ct_next_entry(run, len, &off, &key, &klen, &count);
-        if (more <= 0 || (prev && key_cmp(prev, prev_len, key, klen) >= 0)) {
+        if (more <= 0 || (prev && bs_ct_key_cmp(prev, prev_len, key, klen) >= 0)) {
             rc = more == 0 ? 0 : BS_SW_EPACKED;
             break;
         }
@@ -483,7 +476,7 @@ static int view_chunk(const uint8_t *b, size_t len, chunk_view *c) {
     size_t klen, prev_len = 0;
     for (size_t i = 0; i < n; i++) {
         if (read_bin(b, len, &off, &key, &klen)) return BS_SW_EINELIGIBLE;
-        if (prev && key_cmp(prev, prev_len, key, klen) >= 0) return BS_SW_EINELIGIBLE;
+        if (prev && bs_ct_key_cmp(prev, prev_len, key, klen) >= 0) return BS_SW_EINELIGIBLE;
         prev = key, prev_len = klen;
     }
     if (read_array(b, len, &off, &m) || m != n) return BS_SW_EINELIGIBLE;

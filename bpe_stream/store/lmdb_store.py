@@ -1167,7 +1167,7 @@ class Store:
         process until the commit), which sets how many keys a transaction adds
         (:meth:`_stage_chunk_keys`); None: STAGE_DIRTY_PAGES.  Returns how many pretokens
         were new."""
-        dirty_pages = STAGE_DIRTY_PAGES if dirty_bytes is None else dirty_bytes // _PAGE
+        dirty_pages = None if dirty_bytes is None else dirty_bytes // _PAGE  # (None: _stage_chunk_keys's default)
         if isinstance(counts, SortedRun):
             if self.writes_natively:
                 return self._add_run_batch(counts, sources, totals, before, dirty_pages)
@@ -1195,7 +1195,7 @@ class Store:
 
         return self._write_batch(whole, add_words, stage_words, sources, totals, before, False, batch.clear)
 
-    def _add_run_batch(self, counts: SortedRun, sources: dict, totals: dict, before, dirty_pages: int) -> int:
+    def _add_run_batch(self, counts: SortedRun, sources: dict, totals: dict, before, dirty_pages: Optional[int]) -> int:
         """:meth:`add_batch` of a run by the native writer: the same transactions, staging and
         records as the Python path, the words merged in C (``StoreWriter.add_run``)."""
         self._ensure_top()
