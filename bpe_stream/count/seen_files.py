@@ -47,11 +47,11 @@ from typing import Dict, Iterator, List, Optional, Tuple
 
 from ..inputs.reader import InputError, Source
 from ..native import fastbpe as _native
-from ..store.lmdb_store import Store, blake2b
+from ..store.lmdb_store import BLAKE2B_KIND, Store, blake2b
 from ..inputs import cuts
 
 DIGEST_SIZE = 20  # of a BLAKE2b digest (an XXH3 one is 16 bytes)
-BLAKE2B, XXH3 = "blake2b", "xxh3"  # a record's digest kind: its "hash" field (absent: BLAKE2B)
+BLAKE2B, XXH3 = BLAKE2B_KIND, "xxh3"  # a record's digest kind: its "hash" field (absent: BLAKE2B)
 NEW_KIND = XXH3 if _native is not None else BLAKE2B  # the kind of the records made here
 DIGEST_BLOCK = 1 << 20  # a resumed digest hashes on from the last multiple of this
 HEAD_BYTES = 1 << 16  # the digest of a file's first bytes, kept to tell files of one path apart (merge-stores)

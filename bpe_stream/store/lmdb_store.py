@@ -98,6 +98,7 @@ _PENDING = b"pending"  # in meta: the staged batch's source records and totals
 _CHECK = b"check"
 _SOURCE_DIGESTS = b"source-digests/"  # in meta: + a source key -> its record's DIGEST_FIELDS
 DIGEST_FIELDS = ("digest", "chain", "head", "hash")  # ("hash": their kind, count/seen_files.py)
+BLAKE2B_KIND = "blake2b"  # the kind of a record's digests without a "hash" field (the first releases')
 _STAGED = b"staged/"  # in meta: + 4-byte big-endian chunk number -> msgpack [keys, counts]
 # In meta: msgpack [exact, [[count, pretoken], ...]] -- the TOP_KEPT most frequent pretokens
 # (count descending, then bytes), kept by every transaction that adds counts, so that ``stats``

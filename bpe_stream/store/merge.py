@@ -20,7 +20,7 @@ import os
 from typing import Callable, Dict, List, Optional, Tuple
 
 from .counts_file import CountsFormatError, CountsInfo, check_counts, iter_counts, write_counts
-from .lmdb_store import Store, StoreError, settings_difference
+from .lmdb_store import BLAKE2B_KIND, Store, StoreError, settings_difference
 from .batches import BatchAdder, check_room
 
 DEFAULT_BUDGET = 256 << 20  # counts held before a write to the store (the CLI's --max-memory 256M)
@@ -130,7 +130,7 @@ def _different_files(a: dict, b: dict) -> bool:
     """Two records of one path that are different files by their first bytes (the same path on
     two machines): their heads -- digests of as many first bytes, of one kind -- differ."""
     heads = [r.get("head") if isinstance(r, dict) else None for r in (a, b)]
-    kinds = {r.get("hash", "blake2b") for r in (a, b) if isinstance(r, dict)}  # (digests of one kind compare)
+    kinds = {r.get("hash", BLAKE2B_KIND) for r in (a, b) if isinstance(r, dict)}  # (digests of one kind compare)
     return (len(kinds) == 1 and all(isinstance(h, list) and len(h) == 2 for h in heads) and heads[0][0] == heads[1][0]
             and heads[0][1] != heads[1][1])
 
