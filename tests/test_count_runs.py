@@ -207,11 +207,14 @@ def test_a_batch_merges_its_table_with_its_runs():
 
 
 @pytest.mark.parametrize("max_runs, compact_at", [(2, None), (64, 50)], ids=["by-runs", "by-entries"])
-def test_two_workers_whose_runs_are_compacted_give_the_store_of_one(tmp_path, monkeypatch, max_runs, compact_at):
-    """count_sources with two forked workers and many small ranges, the batch merging its
-    runs on the way (more than MAX_RUNS of them, or past an entry threshold): the same words
-    and totals as one worker counting into its table."""
-    from bpe_stream.count.counting import count_sources, make_settings
+@pytest.mark.parametrize("threads", [False, True], ids=["processes", "threads"])
+def test_two_workers_whose_runs_are_compacted_give_the_store_of_one(tmp_path, monkeypatch, max_runs, compact_at,
+                                                                    threads):
+    """count_sources with two workers (forked processes, or threads whose kept tables are
+    packed every 64 entries) and many small ranges, the batch merging its runs on the way
+    (more than MAX_RUNS of them, or past an entry threshold): the same words and totals as one
+    worker counting into its table."""
+    from bpe_stream.count.counting import LocalRunner, count_sources, make_settings
     from bpe_stream.inputs.reader import Source
     from bpe_stream.store.lmdb_store import Store
 
@@ -231,9 +234,11 @@ def test_two_workers_whose_runs_are_compacted_give_the_store_of_one(tmp_path, mo
     path.write_bytes(b"".join(b"w%d x%d, and more words %d; " % (i % 301, i % 7, i) for i in range(3000)))
     settings = make_settings("gpt2", [])
     stores = []
+    monkeypatch.setattr(counting, "KEPT_TABLE_ENTRIES", 64)
     for workers in (1, 2):
+        runner = LocalRunner(workers) if workers > 1 and not threads else None  # (None: threads for a plain file)
         with Store.open(tmp_path / f"s{workers}", create=True) as st_:
-            count_sources(st_, [Source.from_arg(str(path))], settings, workers=workers, range_bytes=4096)
+            count_sources(st_, [Source.from_arg(str(path))], settings, workers=workers, range_bytes=4096, runner=runner)
             with st_.reader() as txn:
                 stores.append((dict(st_.iter_words(txn)), st_.totals(txn)))
     assert compactions, "the two-worker count merged no runs on the way"
@@ -415,3 +420,40 @@ def test_threads_count_a_file_in_their_own_larger_ranges_unless_one_is_asked_for
                 assert (dict(st_.iter_words(txn)), st_.totals(txn), st_.top_pretokens(txn, 64)) == one_worker_store
         assert set(asked) == {want}, (workers, range_bytes, budget, asked)
     assert want < 96 << 10  # the budget's cap
+
+
+def test_threads_kept_tables_are_flushed_by_what_they_hold(tmp_path, monkeypatch):
+    """Threads keep a table each across ranges (``KeptTables``) and pack it only at a flush
+    here (their cap out of reach): the batch's estimate counts what the tables hold, so a small
+    budget still flushes many batches, each after every range in flight was taken -- the words
+    and totals of one worker's count, and no batch larger than the budget allows."""
+    from bpe_stream.count.counting import count_sources, make_settings
+    from bpe_stream.inputs.reader import Source
+    from bpe_stream.store.lmdb_store import Store
+
+    monkeypatch.setattr(counting, "kept_cap", lambda flush_at, threads: 1 << 40)
+    flushed = []
+    real_flush = counting._Count.flush
+
+    def flush(self):
+        held = sum(e for e, _ in self.held.values())
+        real_flush(self)
+        flushed.append((held, self.kept is not None))
+
+    monkeypatch.setattr(counting._Count, "flush", flush)
+    path = tmp_path / "doc.txt"
+    path.write_bytes(b"".join(b"w%d x%d, and more words %d; " % (i % 301, i % 7, i) for i in range(60000)))
+    settings = make_settings("gpt2", [])
+    stores = []
+    for workers in (1, 2):
+        flushed.clear()
+        with Store.open(tmp_path / f"s{workers}", create=True) as st_:
+            count_sources(st_, [Source.from_arg(str(path))], settings, workers=workers, max_memory=2 << 20,
+                          range_bytes=16 << 10)
+            with st_.reader() as txn:
+                stores.append((dict(st_.iter_words(txn)), st_.totals(txn)))
+    assert len(flushed) > 3 and all(kept for _, kept in flushed)
+    # (the budget's share: held entries cost COUNTER_ENTRY_BYTES each, so at most a flush's worth)
+    flush_at = counting.flush_threshold(2 << 20, 2)
+    assert max(held for held, _ in flushed) * counting.COUNTER_ENTRY_BYTES < 2 * flush_at
+    assert stores[0] == stores[1]

@@ -24,7 +24,9 @@ pretokenizers, and text already in memory (:func:`count_text`), take the str pat
 (:class:`PretokenCounter`).
 
 The parent keeps the runs of a batch as they come (one worker: the ranges are counted
-straight into the batch's native table) and merges them k-way once per flush
+straight into the batch's native table; threads: each into a table of its own kept across
+its ranges, :class:`KeptTables`, which hands a run over when it is full and at each flush)
+and merges them k-way once per flush
 (``count_table.merge_runs``), in one sequential pass, into the sorted lists the store takes;
 runs that pile up are merged into one run on the way (:meth:`_Batch.add`), so that the
 repeats of a pretoken in many ranges are not held until the flush.  The counts of the str
@@ -45,6 +47,7 @@ with the parent included (``WORKER_BYTES``, 96 MiB).
 from __future__ import annotations
 
 import os
+import threading
 import time
 from collections import Counter
 from contextlib import nullcontext
@@ -94,13 +97,19 @@ DIRTY_SHARE = 0.125
 DIRTY_MAX = 512 << 20
 DEFAULT_MAX_MEMORY = 1 << 30
 RANGE_BYTES = 8 << 20  # one task of a worker
-# ... of a thread counting a plain file in this process: each range is counted into a table
-# of its own, sorted and merged with the others, so fewer, larger ranges spare that work (the
-# one worker counts every range into one table).  Measured 2026-12-04, 2 cores, -w2: 200 MB of
-# English 0.62 s in 8 MiB ranges, 0.56 s in 32 MiB; 400 MB of generated text 2.67-2.73 s
-# against 2.34-2.57 s.  A worker process keeps RANGE_BYTES, which its WORKER_BYTES were
+# ... of a thread counting a plain file in this process, into its kept table (KeptTables).
+# When each range had a table of its own, fewer, larger ranges spared sorting and merging
+# (2026-12-04, 2 cores, -w2: 200 MB of English 0.62 s in 8 MiB ranges, 0.56 s in 32 MiB);
+# with kept tables 8, 16 and 32 MiB measured alike (2026-12-05), and 32 MiB keeps the parent's
+# work per range small.  A worker process keeps RANGE_BYTES, which its WORKER_BYTES were
 # measured with; either is capped by the budget (range_for).
 THREAD_RANGE_BYTES = 32 << 20
+# The entries a counting thread's kept table (``KeptTables``) holds before it packs them into a
+# run; fewer when the budget is small (kept_cap).  A larger table scans slower (its slots fall
+# out of the caches) and its pack waits at the flush.  Measured 2026-12-05, 2 cores, -w2, the
+# median of 8 paired runs against a table per range: 200 MB of English x0.97, 400 MB of
+# generated text x0.92 at 2**18 entries; 2**17 and 2**19 within 1% of it.
+KEPT_TABLE_ENTRIES = 1 << 18
 
 
 def default_workers() -> int:
@@ -127,6 +136,11 @@ class PartialCounts:
     entries: int = 0
     documents: int = 0  # records counted (JSON Lines, Parquet); special tokens add their own
     skipped: int = 0  # bad records skipped (--skip-bad-records)
+    # What the counting thread's kept table (``KeptTables``) holds after this range: which
+    # table, its entries and key bytes (the parent's estimate of the batch includes them).
+    held_table: int = 0
+    held_entries: int = 0
+    held_key_bytes: int = 0
 
     def unpacked(self, str_keys: bool = False) -> "PartialCounts":
         """The packed counts moved into ``counter`` (keyed by bytes, or by text decoded with
@@ -338,16 +352,76 @@ def count_range_into(path: str, start: int, end: int, settings: dict, strict_utf
     return partial
 
 
-def count_range_shared(path: str, start: int, end: int, settings: dict, strict_utf8: bool) -> PartialCounts:
-    """:func:`count_range` on a thread of the counting process (``runner.ThreadRunner``): the
-    counts packed as a run, as a worker process's, and in ``counted`` the range's bytes
-    themselves, which the parent compares with the bytes it hashes (as for
-    :func:`count_range_into`: no checksum on either side)."""
+def count_range_shared(path: str, start: int, end: int, settings: dict, strict_utf8: bool,
+                       kept: Optional["KeptTables"] = None) -> PartialCounts:
+    """:func:`count_range` on a thread of the counting process (``runner.ThreadRunner``): in
+    ``counted`` the range's bytes themselves, which the parent compares with the bytes it
+    hashes (as for :func:`count_range_into`: no checksum on either side).  The counts go into
+    the thread's table of ``kept``, held across ranges, and come back packed as a run only when
+    that table is full (:meth:`KeptTables.count_into`); without ``kept``, into a table of the
+    range's own, packed as a run, as a worker process's."""
     data = _read_range(path, start, end, strict_utf8)
     partial = PartialCounts(bytes=len(data), counted=data)
+    if kept is not None:
+        kept.count_into(data, settings, partial)
+        return partial
     table = CountTable()
     count_bytes(data, settings, partial, table)
     return _packed(partial, table)
+
+
+class KeptTables:
+    """A ``CountTable`` for each counting thread, kept across its ranges: a pretoken found in
+    every range is inserted once per thread, and sorted and merged once per flush, not once per
+    range (on 200 MB of English a table per 25 MB range cost the threads 0.84 s of CPU against
+    the one worker's 0.65 s).  A table is packed into a run by its own thread when it reaches
+    ``cap`` entries, so a thread never holds more than that unpacked.
+
+    The counts of a range taken by the parent may still sit in a thread's table, and a table
+    may hold counts of ranges not taken yet, so a flush first takes every task in flight and
+    then every table (:meth:`take`): the batch then holds exactly the ranges its records name.
+
+    >>> kept = KeptTables(cap=3)
+    >>> p = PartialCounts(); kept.count_into(b"ab ab", make_settings("gpt2", []), p)
+    >>> p.pretokens, p.packed, p.held_entries
+    (2, None, 2)
+    >>> p = PartialCounts(); kept.count_into(b" cd", make_settings("gpt2", []), p)
+    >>> p.entries, p.held_entries, sorted(unpack_counts(p.packed).items())
+    (3, 0, [(b' ab', 1), (b' cd', 1), (b'ab', 1)])
+    """
+
+    def __init__(self, cap: int):
+        self.cap = cap
+        self.tables: List = []  # every thread's, in the order the threads first counted
+        self._mine = threading.local()
+        self._lock = threading.Lock()
+
+    def count_into(self, data: bytes, settings: dict, partial: PartialCounts) -> None:
+        """Counts ``data`` into this thread's table; the table packed into ``partial`` (and
+        emptied) once it holds ``cap`` entries.  ``partial.held_*``: what the table holds after."""
+        table = getattr(self._mine, "table", None)
+        if table is None:
+            table = self._mine.table = CountTable()
+            with self._lock:
+                self.tables.append(table)
+        count_bytes(data, settings, partial, table)
+        if len(table) >= self.cap:
+            _packed(partial, table)
+            table.clear()
+        partial.held_table, partial.held_entries, partial.held_key_bytes = id(table), len(table), table.key_bytes
+
+    def take(self, runner) -> List[Tuple[bytes, int]]:
+        """Every table's counts as runs ``(run, entries)`` (packed on ``runner``'s threads, one
+        table a task), the tables emptied.  Only when no counting task is running."""
+        full = [t for t in self.tables if len(t)]
+        tasks = [runner.start(_take_table, (t,)) for t in full]
+        return [runner.result(task) for task in tasks]
+
+
+def _take_table(table) -> Tuple[bytes, int]:
+    run, entries = table.pack(sorted=True), len(table)
+    table.clear()
+    return run, entries
 
 
 def count_data_piece(data: bytes, settings: dict, strict_utf8: bool, offset: int) -> PartialCounts:
@@ -560,6 +634,13 @@ def dirty_budget(max_memory: int, workers: int) -> int:
     return min(DIRTY_MAX, int(_counter_budget(max_memory, workers) * DIRTY_SHARE))
 
 
+def kept_cap(flush_at: int, threads: int) -> int:
+    """The entries a counting thread's kept table holds before it packs them: KEPT_TABLE_ENTRIES,
+    or fewer where the budget is small (all the threads' tables at most half the batch's
+    estimate at its flush, ``flush_at``)."""
+    return min(KEPT_TABLE_ENTRIES, max(64, flush_at // (2 * COUNTER_ENTRY_BYTES * threads)))
+
+
 def range_for(flush_at: int, range_bytes: int = RANGE_BYTES) -> int:
     """The bytes of one counting unit under a flush threshold: a range of N bytes holds at
     most N pretokens, so its counts are at most the threshold's worth -- text whose
@@ -702,6 +783,9 @@ class _Count:
         self.range_bytes = range_for(self.flush_at, options.range_bytes or RANGE_BYTES)
         self.file_range_bytes = self.range_bytes  # a plain file's ranges (larger on threads: _start_runner)
         self.finished: List[Source] = []  # claimed until the batch with their last counts is committed
+        self.kept: Optional[KeptTables] = None  # the counting threads' tables (_start_runner)
+        self.held = {}  # a kept table's id -> (entries, key bytes) as its last range taken left it
+        self._taking_kept = False
 
     def run(self, sources: List[Source]) -> CountSummary:
         plans = plan_files(self.store, sources, self.settings, self.options.recount)  # every file decided first
@@ -749,8 +833,12 @@ class _Count:
             # Plain files' ranges are counted in C without the GIL: on threads, with nothing sent
             # between processes.  Custom patterns, documents and stdin are Python's work: processes.
             self.runner = ThreadRunner(n) if n > 1 and plain and native_countable(self.settings) else LocalRunner(n)
-        if getattr(self.runner, "shares_memory", False) and self.options.range_bytes is None:
-            self.file_range_bytes = range_for(self.flush_at, THREAD_RANGE_BYTES)
+        if getattr(self.runner, "shares_memory", False):
+            if self.options.range_bytes is None:
+                self.file_range_bytes = range_for(self.flush_at, THREAD_RANGE_BYTES)
+            if native_countable(self.settings):
+                workers = max(1, getattr(self.runner, "workers", 1))
+                self.kept = KeptTables(kept_cap(self.flush_at, workers))
         self.summary.workers = getattr(self.runner, "workers", self.options.workers)
         self.window = Window(self.runner)
         # Text of a stream with no cut for long goes to a file in the store's directory (on its
@@ -830,7 +918,7 @@ class _Count:
         for i, (a, b, one) in enumerate(ranges):
             unit_settings = range_settings(self.settings, one)
             if shared:
-                unit, args = count_range_shared, (path, a, b, unit_settings, strict)
+                unit, args = count_range_shared, (path, a, b, unit_settings, strict, self.kept)
             else:
                 unit, args = count_range, (path, a, b, unit_settings, strict, self.options.chunk_bytes, True, True)
             self._take_all(self.window.submit(unit, args, Part(plan, a, b, i == len(ranges) - 1)))
@@ -865,7 +953,9 @@ class _Count:
             self._take_document(part, partial)
             return
         if part.plan is not None:
-            self._check_counted(part, partial, in_batch, check)
+            self._check_counted(part, partial, in_batch or self.kept is not None, check)
+        if partial.held_table:
+            self.held[partial.held_table] = (partial.held_entries, partial.held_key_bytes)
         self.batch.add(partial)
         self.options.on_bytes(partial.bytes)
         if part.last:
@@ -898,6 +988,7 @@ class _Count:
         if check.matches(partial.digest):
             return
         if in_batch:
+            # (in the batch's table, or in a thread's kept table beside the counts of other ranges)
             self.batch = _Batch(self.compact_entries)  # what was committed before stays
         else:
             self.flush()  # what was counted before stays
@@ -915,12 +1006,17 @@ class _Count:
 
     # -- the batch into the store ------------------------------------------------------------
     def _flush_if_full(self) -> None:
-        if self.batch.estimated_bytes() >= self.flush_at:
+        if self._taking_kept:
+            return  # (the flush that takes the tasks in flight goes on)
+        held = sum(e * COUNTER_ENTRY_BYTES + KEY_COPIES * b for e, b in self.held.values())
+        if self.batch.estimated_bytes() + held >= self.flush_at:
             self.flush()
 
     def flush(self) -> None:
         """The batch committed whole with its files' records, then the claims of the files it
         finished dropped, and its totals added to the summary."""
+        if self.kept is not None:
+            self._take_kept()
         current, self.batch = self.batch, _Batch(self.compact_entries)
         counts = current.take_counts(packed=self.store.writes_natively)
         if counts or current.sources or any(current.totals.values()):
@@ -937,6 +1033,19 @@ class _Count:
         for key in ("bytes", "documents", "pretokens"):
             setattr(self.summary, key, getattr(self.summary, key) + current.totals[key])
         self.summary.skipped_records += current.skipped
+
+
+    def _take_kept(self) -> None:
+        """Every task in flight taken (its counts may already be in a kept table), then the
+        counting threads' kept tables into the batch: it then holds every range it records."""
+        self._taking_kept = True
+        try:
+            self._take_all(self.window.drain())
+        finally:
+            self._taking_kept = False
+        for run, entries in self.kept.take(self.runner):
+            self.batch.add(PartialCounts(packed=run, entries=entries))
+        self.held.clear()
 
 
 def _bytes_to_count(plan: FilePlan) -> int:
