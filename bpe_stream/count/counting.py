@@ -110,6 +110,7 @@ THREAD_RANGE_BYTES = 32 << 20
 # median of 8 paired runs against a table per range: 200 MB of English x0.97, 400 MB of
 # generated text x0.92 at 2**18 entries; 2**17 and 2**19 within 1% of it.
 KEPT_TABLE_ENTRIES = 1 << 18
+RUN_ENTRY_BYTES = 12  # a run's bytes per entry besides its key (a u32 length, a u64 count)
 
 
 def default_workers() -> int:
@@ -1008,7 +1009,8 @@ class _Count:
     def _flush_if_full(self) -> None:
         if self._taking_kept:
             return  # (the flush that takes the tasks in flight goes on)
-        held = sum(e * COUNTER_ENTRY_BYTES + KEY_COPIES * b for e, b in self.held.values())
+        # (a kept table's entries as the run they become: keys with their packed length and count)
+        held = sum(e * COUNTER_ENTRY_BYTES + KEY_COPIES * (b + RUN_ENTRY_BYTES * e) for e, b in self.held.values())
         if self.batch.estimated_bytes() + held >= self.flush_at:
             self.flush()
 
