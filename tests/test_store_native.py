@@ -210,9 +210,10 @@ def test_a_damaged_count_is_a_store_error(store_dir):
 @NEEDS_WRITER
 @pytest.mark.parametrize("workers", [1, 2])
 def test_count_writes_the_same_store_natively(tmp_path, monkeypatch, corpus_files, workers):
-    """``count_sources`` hands its batches to the native writer as one run each
-    (``_Batch.take_counts(packed=True)``): the store equals the Python path's, for one
-    worker's table and for several workers' runs, over several batches."""
+    """``count_sources`` hands its batches to the native writer as one run each, or as the
+    runs of the workers for it to merge as it writes (``_Batch.take_counts(packed=True)``):
+    the store equals the Python path's, for one worker's table and for several workers' runs,
+    over several batches."""
     results, real = [], Store.add_batch
     for native in (True, False):
         monkeypatch.setattr(store_mod, "NATIVE_WRITES", native)
@@ -226,7 +227,8 @@ def test_count_writes_the_same_store_natively(tmp_path, monkeypatch, corpus_file
         with Store.open(tmp_path / f"s{native}", create=True) as st_:
             count_sources(st_, [Source.from_arg(str(p)) for p in corpus_files], GPT2, workers=workers,
                           range_bytes=65536, max_memory=4 << 20)
-        assert len(calls) > 1 and set(calls) == {"SortedRun" if native else "SortedCounts"}, calls
+        assert len(calls) > 1, calls
+        assert set(calls) == ({"SortedCounts"} if not native else {"SortedRun"} if workers == 1 else {"SortedRuns"}), calls
         results.append(content(tmp_path / f"s{native}"))
     assert results[0] == results[1]
 
@@ -274,3 +276,90 @@ def test_ctrl_c_held_back_around_the_handover_leaves_py_lmdb_open(tmp_path, monk
         with st_.reader() as txn:  # the handle is open
             assert dict(st_.iter_words(txn)) == {b"kept": 1}
             assert block == 1 or txn.get(b"x", db=st_.db["meta"]) is None
+
+
+def _runs_of(parts: list) -> list:
+    return [run_of(counts).run for counts in parts]
+
+
+@NEEDS_WRITER
+@fewer_examples(50)
+@given(first=_batches.map(lambda b: b[0]), parts=st.lists(st.dictionaries(_pretokens, st.integers(1, 2**40), max_size=120)
+                                                          | _many, min_size=0, max_size=6),
+       threads=st.integers(1, 4), floor=st.none() | st.integers(0, 9), keep=st.integers(0, 70))
+def test_runs_merged_as_they_are_written_equal_their_merge_written(tmp_path, first, parts, threads, floor, keep):
+    """StoreWriter.add_runs (the merge handed to the writer part by part while helper threads
+    merge the next) against add_run of merge_runs_packed of the same runs, after the same
+    first batch: the same tables byte for byte and the same result -- new keys, their bytes,
+    the total, the pretokens left to Python and the candidates for the kept top."""
+    from bpe_stream.count.table import merge_runs_packed
+
+    base = Path(tempfile.mkdtemp(dir=tmp_path))
+    runs = _runs_of(parts)
+    limits = () if floor is None else (floor, keep)
+    results = []
+    for name in ("runs", "merged"):
+        with Store.open(base / name, create=True) as st_:
+            st_.write(lambda txn: txn.writer.add_run(run_of(first).run), native=True)
+            if name == "runs":
+                add = lambda txn: txn.writer.add_runs(runs, *limits, threads=threads)  # noqa: E731
+            else:
+                add = lambda txn: txn.writer.add_run(merge_runs_packed(runs)[0], *limits)  # noqa: E731
+            results.append(st_.write(add, native=True))
+    assert results[0] == results[1]
+    assert content(base / "runs") == content(base / "merged")
+
+
+@NEEDS_WRITER
+def test_runs_merged_as_written_are_cut_into_parts_and_faults_abort_the_transaction(tmp_path):
+    """Runs of many keys are merged in many parts (the writer takes each as it comes), with
+    the bytes of one merge; a run out of order or two counts past 2**64-1 fail the call
+    (ValueError, OverflowError with a text) and the transaction is aborted: nothing written."""
+    from bpe_stream.count.table import merge_runs_packed
+
+    parts = [{b"k%06d" % i: i % 7 + 1 for i in range(j, 20000, 3)} for j in range(3)]
+    runs = _runs_of(parts)
+    with Store.open(tmp_path / "a", create=True) as st_:
+        new = st_.write(lambda txn: txn.writer.add_runs(runs, threads=3), native=True)[0]
+    with Store.open(tmp_path / "b", create=True) as st_:
+        st_.write(lambda txn: txn.writer.add_run(merge_runs_packed(runs)[0]), native=True)
+    assert new == 20000 and content(tmp_path / "a") == content(tmp_path / "b")
+    backwards = pack_counts({b"b": 1, b"a": 1})
+    huge = [pack_counts({b"a": 2**63, b"z": 1}), pack_counts({b"a": 2**63, b"y": 1})]
+    for bad, error in (([runs[0], backwards], ValueError), (huge, OverflowError)):
+        with Store.open(tmp_path / "c", create=True) as st_:
+            with pytest.raises(error) as raised:
+                st_.write(lambda txn: txn.writer.add_runs(bad, threads=2), native=True)
+            if error is OverflowError:
+                assert "2**64-1" in str(raised.value)
+            with st_.reader() as txn:
+                assert st_.unique_words(txn) == 0
+    with Store.open(tmp_path / "d", create=True) as st_:
+        with pytest.raises(StoreError, match="2\\*\\*64-1"):
+            st_.add_batch(store_mod.SortedRuns(huge, 4), {}, TOTALS, before=lambda txn: st_.settings_in(txn, GPT2))
+
+
+@NEEDS_WRITER
+@fewer_examples(30)
+@given(batches=st.lists(st.lists(st.dictionaries(_pretokens, st.integers(1, 2**40), max_size=30), min_size=2,
+                                 max_size=4), min_size=1, max_size=3),
+       staged=st.booleans())
+def test_a_batch_of_several_runs_writes_the_store_of_their_merge(tmp_path, monkeypatch, batches, staged):
+    """add_batch of SortedRuns (counting's flush of several runs: merged as written when the
+    batch fits one transaction, merged first and staged when it does not) against add_batch
+    of the merged run: every table equal."""
+    from bpe_stream.count.table import merge_runs_packed
+
+    if staged:
+        monkeypatch.setattr(store_mod, "STAGE_CHUNK_KEYS", 3)
+        monkeypatch.setattr(store_mod, "STAGE_DIRTY_PAGES", 0)
+    base = Path(tempfile.mkdtemp(dir=tmp_path))
+    for name in ("runs", "merged"):
+        with Store.open(base / name, create=True) as st_:
+            for i, parts in enumerate(batches):
+                runs = _runs_of(parts)
+                entries = sum(map(len, parts))
+                counts = store_mod.SortedRuns(runs, entries, 2) if name == "runs" else SortedRun(*merge_runs_packed(runs))
+                st_.add_batch(counts, {b"file%d" % i: {"offset": i, "done": False}}, TOTALS,
+                              before=lambda txn: st_.settings_in(txn, GPT2))
+    assert content(base / "runs") == content(base / "merged")

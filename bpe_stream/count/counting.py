@@ -57,7 +57,7 @@ from itertools import repeat
 from operator import add
 from typing import Callable, Iterable, List, NamedTuple, Optional, Tuple
 
-from .table import CountTable, merge_runs, merge_runs_packed, unpack_counts
+from .table import CountTable, merge_runs, merge_runs_packed, merge_threads, unpack_counts
 from ..errors import SettingsError
 from ..parallel.runner import LocalRunner, ThreadRunner
 from ..pretok.pretokenize import Pretokenizer, SpecialSplitter, StreamSplitter, fast_split
@@ -72,7 +72,7 @@ from ..inputs.reader import CHUNK_BYTES, InputError, Source, decode_chunks, from
 from ..pretok.scan import NATIVE_PATTERNS, first_invalid_utf8
 from .seen_files import (Claims, FilePlan, HashedBeside, RangeCheck, Refused, SameBytes, feed, plan_files, range_hasher,
                          what_stays)
-from ..store.lmdb_store import SortedCounts, SortedRun, Store, StoreError
+from ..store.lmdb_store import SortedCounts, SortedRun, SortedRuns, Store, StoreError
 from ..inputs.streaming import Spooled, Window, file_ranges, remove_own_spools, text_pieces
 
 # Bytes one counter entry costs in CPython (a str key, a dict slot, an int), rounded up
@@ -584,15 +584,19 @@ class _Batch:
     def take_counts(self, packed: bool = False):
         """Every count of the batch, bytes keys, as ``Store.add_batch`` takes them, taken out:
         the runs (and the table, sorted in C) merged into two sorted lists, once, at the flush;
-        ``packed``: into one run instead (``SortedRun``: the native writer's, no list made)."""
+        ``packed``: the run, or the runs for the store's native writer to merge as it writes
+        them (``SortedRun``, ``SortedRuns``: no list made)."""
         entries = self.run_entries  # (exact for one run)
         runs, self.runs, self.run_entries, self.run_bytes, self._compacted = self.runs, [], 0, 0, 0
         if packed and not self.counter and (runs or len(self.table)):
             if len(self.table):
-                entries = len(self.table)
+                entries += len(self.table)
                 runs.append(self.table.pack(sorted=True))
                 self.table.clear()
-            return SortedRun(*merge_runs_packed(runs)) if len(runs) > 1 else SortedRun(runs[0], entries)
+            if len(runs) == 1:
+                return SortedRun(runs[0], entries)
+            # merged by the store's writer as it writes them, on helper threads: this one writes
+            return SortedRuns(runs, entries, max(1, merge_threads(runs) - 1))
         if len(self.table):
             if not runs and not self.counter:
                 counts = SortedCounts(*self.table.sorted_items())

@@ -1367,6 +1367,10 @@ static PyObject *sw_error(int rc, const bs_sw_result *r) {
         Py_XDECREF(hi), Py_XDECREF(lo), Py_XDECREF(shift), Py_XDECREF(high), Py_XDECREF(sum);
         return NULL;
     }
+    if (rc == BS_SW_ELIMIT) {
+        PyErr_SetString(PyExc_OverflowError, bs_sw_strerror(rc));
+        return NULL;
+    }
     if (rc == BS_SW_EPACKED || rc == BS_SW_EDAMAGED || rc == BS_SW_ENOTXN) {
         PyErr_SetString(PyExc_ValueError, bs_sw_strerror(rc));
         return NULL;
@@ -1583,6 +1587,40 @@ static PyObject *sw_add(StoreWriterObject *self, PyObject *args, int chunk) {
 }
 
 static PyObject *sw_add_run(StoreWriterObject *self, PyObject *args) { return sw_add(self, args, 0); }
+
+static PyObject *sw_add_runs(StoreWriterObject *self, PyObject *args, PyObject *kwargs) {
+    static char *keywords[] = {"runs", "floor", "keep", "threads", NULL};
+    PyObject *seq;
+    bs_sw *w = sw_of(self);
+    unsigned long long floor = UINT64_MAX;
+    Py_ssize_t keep = PY_SSIZE_T_MAX, threads = 1;
+    if (!w || !PyArg_ParseTupleAndKeywords(args, kwargs, "O|Kn$n:add_runs", keywords, &seq, &floor, &keep, &threads))
+        return NULL;
+    if (keep < 0 || threads < 1 || (size_t)threads > BS_RUNS_THREADS_MAX) {
+        PyErr_Format(PyExc_ValueError, "keep must not be negative, threads from 1 to %u", BS_RUNS_THREADS_MAX);
+        return NULL;
+    }
+    Py_buffer *views;
+    Py_ssize_t n;
+    size_t total;
+    bs_run *runs = runs_of(seq, &views, &n, &total);
+    if (!runs) return NULL;
+    uint8_t *out = PyMem_RawMalloc(total ? total : 1); /* (written by the helper threads: no GIL held) */
+    if (!out) {
+        release_runs(runs, views, n);
+        return PyErr_NoMemory();
+    }
+    bs_sw_result r;
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = bs_sw_add_runs(w, runs, (size_t)n, (size_t)threads, out, floor, (size_t)keep, &r);
+    Py_END_ALLOW_THREADS
+    PyObject *result = rc ? sw_error(rc, &r) : sw_result(&r);
+    bs_sw_result_free(&r); /* (the skipped keys point into out: freed after) */
+    PyMem_RawFree(out);
+    release_runs(runs, views, n);
+    return result;
+}
 static PyObject *sw_add_chunk(StoreWriterObject *self, PyObject *args) { return sw_add(self, args, 1); }
 
 static PyObject *sw_stage_run(StoreWriterObject *self, PyObject *args) {
@@ -1624,6 +1662,12 @@ static PyMethodDef sw_methods[] = {
      "count descending, then key.\n"
      "OverflowError(sum) for a count past 2**63-1, ValueError for a malformed run or a stored\n"
      "count that is not 8 bytes, LmdbError(code, text): abort the transaction after any."},
+    {"add_runs", (PyCFunction)(void (*)(void))sw_add_runs, METH_VARARGS | METH_KEYWORDS,
+     "add_runs(runs, floor=none, keep=all, *, threads=1) -> as add_run\n\n"
+     "add_run of the runs merged (merge_runs_packed), each part of the merge added as soon as\n"
+     "it is merged while ``threads`` helper threads merge the next.  ValueError for a malformed\n"
+     "run, OverflowError(text) for a merged count past 2**64-1, found part by part: abort the\n"
+     "transaction after any error."},
     {"add_chunk", (PyCFunction)sw_add_chunk, METH_VARARGS,
      "add_chunk(chunk, floor=none, keep=all) -> as add_run, or None (nothing written) for a chunk\n"
      "that is not increasing keys with positive counts."},

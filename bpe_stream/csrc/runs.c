@@ -380,3 +380,137 @@ int bs_runs_merge_packed_threads(const bs_run *runs, size_t n, size_t threads, u
     /* any failure: the one-thread merge, for its result or its error exactly */
     return rc == BS_CT_OK ? rc : bs_runs_merge_packed(runs, n, out, out_len, entries);
 }
+
+/* -- the merge handed over part by part (bs_runs_stream) ---------------------------------- */
+
+struct bs_runs_stream {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    part_job *jobs;      /* the parts, in key order; jobs[p].rc once done[p] */
+    char *done;
+    size_t parts, next_job, next_out, n_threads;
+    int stop;            /* bs_runs_stream_end: no part is started after it */
+    pthread_t *tid;
+    size_t *cut;
+    bs_run *slices;
+};
+
+/* A helper thread: the parts not yet taken, in order, each merged into its stretch of out. */
+static void *stream_worker(void *arg) {
+    bs_runs_stream *s = arg;
+    for (;;) {
+        pthread_mutex_lock(&s->mu);
+        size_t p = s->stop ? s->parts : s->next_job;
+        if (p < s->parts) s->next_job++;
+        pthread_mutex_unlock(&s->mu);
+        if (p >= s->parts) return NULL;
+        merge_part(&s->jobs[p]);
+        pthread_mutex_lock(&s->mu);
+        s->done[p] = 1;
+        pthread_cond_broadcast(&s->cv);
+        pthread_mutex_unlock(&s->mu);
+    }
+}
+
+/* The parts of the stream: the runs cut as the threaded merge cuts them (STREAM_PARTS of about
+ * equal size, so the first is ready soon), or one part, all of each run, when they cannot be
+ * (few entries, pivots out of order: that part's merge then finds the fault). */
+#define STREAM_PARTS 64u
+static int stream_cut(bs_runs_stream *s, const bs_run *runs, size_t n, size_t threads, uint8_t *out) {
+    size_t want = STREAM_PARTS;
+    if (n > 0 && want > MAX_SLICES / n) want = MAX_SLICES / n ? MAX_SLICES / n : 1;
+    s->cut = malloc((want + 1) * (n ? n : 1) * sizeof *s->cut);
+    s->slices = malloc(want * (n ? n : 1) * sizeof *s->slices);
+    s->jobs = calloc(want, sizeof *s->jobs);
+    s->done = calloc(want, 1);
+    if (!s->cut || !s->slices || !s->jobs || !s->done) return BS_CT_ENOMEM;
+    size_t parts = 0;
+    if (want > 1 && n > 1) {
+        run_index *ix = calloc(n, sizeof *ix);
+        if (!ix) return BS_CT_ENOMEM;
+        int rc = index_runs(runs, n, ix, threads);
+        if (rc == BS_CT_OK) parts = cut_runs(runs, n, ix, want, s->cut);
+        for (size_t i = 0; i < n; i++) free(ix[i].at);
+        free(ix);
+        if (rc == BS_CT_ENOMEM) return rc;
+    }
+    if (parts == 0) { /* one part: every run whole */
+        parts = 1;
+        for (size_t i = 0; i < n; i++) s->cut[i] = 0, s->cut[n + i] = runs[i].len;
+    }
+    for (size_t p = 0, base = 0; p < parts; p++) {
+        s->jobs[p] = (part_job){.slices = s->slices + p * n, .n = n, .out = out + base};
+        for (size_t i = 0; i < n; i++) {
+            size_t from = s->cut[p * n + i], to = s->cut[(p + 1) * n + i];
+            s->slices[p * n + i] = (bs_run){runs[i].buf + from, to - from};
+            base += to - from;
+        }
+    }
+    s->parts = parts;
+    return BS_CT_OK;
+}
+
+int bs_runs_stream_start(const bs_run *runs, size_t n, size_t threads, uint8_t *out, bs_runs_stream **out_s) {
+    *out_s = NULL;
+    if (n > BS_RUNS_MAX) return BS_CT_ELIMIT;
+    if (threads < 1) threads = 1;
+    if (threads > BS_RUNS_THREADS_MAX) threads = BS_RUNS_THREADS_MAX;
+    bs_runs_stream *s = calloc(1, sizeof *s);
+    if (!s) return BS_CT_ENOMEM;
+    if (pthread_mutex_init(&s->mu, NULL) != 0) {
+        free(s);
+        return BS_CT_ENOMEM;
+    }
+    if (pthread_cond_init(&s->cv, NULL) != 0) {
+        pthread_mutex_destroy(&s->mu);
+        free(s);
+        return BS_CT_ENOMEM;
+    }
+    int rc = stream_cut(s, runs, n, threads, out);
+    if (rc == BS_CT_OK && (s->tid = malloc(threads * sizeof *s->tid)) == NULL) rc = BS_CT_ENOMEM;
+    if (rc != BS_CT_OK) {
+        bs_runs_stream_end(s);
+        return rc;
+    }
+    pthread_attr_t attr;
+    int have_attr = pthread_attr_init(&attr) == 0;
+    if (have_attr) pthread_attr_setstacksize(&attr, THREAD_STACK);
+    /* (none started: bs_runs_stream_next merges each part itself) */
+    while (s->n_threads < threads && pthread_create(&s->tid[s->n_threads], have_attr ? &attr : NULL, stream_worker, s) == 0)
+        s->n_threads++;
+    if (have_attr) pthread_attr_destroy(&attr);
+    *out_s = s;
+    return BS_CT_OK;
+}
+
+int bs_runs_stream_next(bs_runs_stream *s, const uint8_t **part, size_t *len) {
+    if (s->next_out >= s->parts) return 0;
+    size_t p = s->next_out++;
+    if (s->n_threads == 0) {
+        merge_part(&s->jobs[p]);
+    } else {
+        pthread_mutex_lock(&s->mu);
+        while (!s->done[p]) pthread_cond_wait(&s->cv, &s->mu);
+        pthread_mutex_unlock(&s->mu);
+    }
+    if (s->jobs[p].rc != BS_CT_OK) return s->jobs[p].rc;
+    *part = s->jobs[p].out;
+    *len = s->jobs[p].out_len;
+    return 1;
+}
+
+void bs_runs_stream_end(bs_runs_stream *s) {
+    if (!s) return;
+    pthread_mutex_lock(&s->mu);
+    s->stop = 1;
+    pthread_mutex_unlock(&s->mu);
+    for (size_t t = 0; t < s->n_threads; t++) pthread_join(s->tid[t], NULL);
+    pthread_cond_destroy(&s->cv);
+    pthread_mutex_destroy(&s->mu);
+    free(s->tid);
+    free(s->cut);
+    free(s->slices);
+    free(s->jobs);
+    free(s->done);
+    free(s);
+}

@@ -50,4 +50,21 @@ int bs_runs_merge_packed(const bs_run *runs, size_t n, uint8_t *out, size_t *out
 int bs_runs_merge_packed_threads(const bs_run *runs, size_t n, size_t threads, uint8_t *out, size_t *out_len,
                                  size_t *entries);
 
+/* The merge of runs[0:n) handed over in parts, in key order, while later parts are still being
+ * merged on helper threads (the store writer adds each part as it comes: bs_sw_add_runs).  The
+ * parts together are bs_runs_merge_packed's run: each is a run whose keys follow the previous
+ * part's.
+ *
+ * bs_runs_stream_start starts the merge into out (room for the sum of the runs' lengths,
+ * written until bs_runs_stream_end) on `threads` threads of its own (1 to
+ * BS_RUNS_THREADS_MAX; where none can start, bs_runs_stream_next merges each part itself):
+ * BS_CT_OK with *s set, BS_CT_ENOMEM, or BS_CT_ELIMIT for more than BS_RUNS_MAX runs.
+ * bs_runs_stream_next waits for the next part: 1 with *part and *len set, 0 after the last,
+ * or the part's error (BS_CT_EPACKED, BS_CT_ELIMIT, BS_CT_ENOMEM: the parts before it stand).
+ * bs_runs_stream_end lets the part being merged finish, starts no other, and frees s. */
+typedef struct bs_runs_stream bs_runs_stream;
+int bs_runs_stream_start(const bs_run *runs, size_t n, size_t threads, uint8_t *out, bs_runs_stream **s);
+int bs_runs_stream_next(bs_runs_stream *s, const uint8_t **part, size_t *len);
+void bs_runs_stream_end(bs_runs_stream *s);
+
 #endif

@@ -306,28 +306,60 @@ static int merge_one(merger *m, const uint8_t *key, size_t klen, uint64_t n) {
     return put_new(m, key, klen, n, 0);
 }
 
+/* The entries of run[0:len) added in order, their keys strictly increasing and after *prev
+ * (the key added before, NULL: none; left at the last key added). */
+static int add_entries(merger *m, const uint8_t *run, size_t len, const uint8_t **prev, size_t *prev_len) {
+    size_t off = 0, klen;
+    const uint8_t *key;
+    uint64_t count;
+    for (;;) {
+        int more = bs_ct_next_entry(run, len, &off, &key, &klen, &count);
+        if (more <= 0 || (*prev && bs_ct_key_cmp(*prev, *prev_len, key, klen) >= 0))
+            return more == 0 ? 0 : BS_SW_EPACKED;
+        *prev = key, *prev_len = klen;
+        int rc = merge_one(m, key, klen, count);
+        if (rc) return rc;
+    }
+}
+
 int bs_sw_add_run(bs_sw *w, const uint8_t *run, size_t len, uint64_t floor, size_t keep, bs_sw_result *r) {
     merger m;
     int rc = merger_start(&m, w, r);
     if (rc) return rc;
     m.floor = floor;
     m.keep = keep;
-    size_t off = 0, klen, prev_len = 0;
-    const uint8_t *key, *prev = NULL;
-    uint64_t count;
-    for (;;) {
-        int more = bs_ct_next_entry(run, len, &off, &key, &klen, &count);
-        if (more <= 0 || (prev && bs_ct_key_cmp(prev, prev_len, key, klen) >= 0)) {
-            rc = more == 0 ? 0 : BS_SW_EPACKED;
-            break;
-        }
-        prev = key, prev_len = klen;
-        rc = merge_one(&m, key, klen, count);
-        if (rc) break;
-    }
+    const uint8_t *prev = NULL;
+    size_t prev_len = 0;
+    rc = add_entries(&m, run, len, &prev, &prev_len);
     mdb_cursor_close(m.cur);
     top_sorted(r);
     return rc;
+}
+
+int bs_sw_add_runs(bs_sw *w, const bs_run *runs, size_t n, size_t threads, uint8_t *out, uint64_t floor, size_t keep,
+                   bs_sw_result *r) {
+    merger m;
+    int rc = merger_start(&m, w, r);
+    if (rc) return rc;
+    m.floor = floor;
+    m.keep = keep;
+    bs_runs_stream *s;
+    rc = bs_runs_stream_start(runs, n, threads, out, &s);
+    const uint8_t *prev = NULL, *part;
+    size_t prev_len = 0, len;
+    while (rc == BS_CT_OK) {
+        int got = bs_runs_stream_next(s, &part, &len);
+        if (got != 1) {
+            rc = got;
+            break;
+        }
+        rc = add_entries(&m, part, len, &prev, &prev_len);
+    }
+    bs_runs_stream_end(s);
+    mdb_cursor_close(m.cur);
+    top_sorted(r);
+    /* (the merge's own statuses in the writer's terms) */
+    return rc == BS_CT_EPACKED ? BS_SW_EPACKED : rc == BS_CT_ELIMIT ? BS_SW_ELIMIT : rc == BS_CT_ENOMEM ? BS_SW_ENOMEM : rc;
 }
 
 /* -- staged chunks: msgpack [keys, counts] ------------------------------------------------ */
@@ -519,6 +551,7 @@ const char *bs_sw_strerror(int rc) {
     case BS_SW_ENOMEM: return "out of memory";
     case BS_SW_EINELIGIBLE: return "a staged chunk this writer does not add";
     case BS_SW_ENOTXN: return "no write transaction is open (or one already is)";
+    case BS_SW_ELIMIT: return "the runs' counts of a pretoken sum past 2**64-1 (or there are too many runs)";
     default: return mdb_strerror(rc);
     }
 }

@@ -20,6 +20,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "runs.h"
+
 enum {
     BS_SW_EPACKED = -1,   /* a run that does not parse or whose keys are not strictly increasing */
     BS_SW_EOVERFLOW = -2, /* a count would pass 2**63-1 (the value: bs_sw_result.over_*) */
@@ -27,6 +29,7 @@ enum {
     BS_SW_ENOMEM = -4,
     BS_SW_EINELIGIBLE = -5, /* a staged chunk that is not increasing keys with positive counts */
     BS_SW_ENOTXN = -6,      /* no transaction is open (or one is, for begin) */
+    BS_SW_ELIMIT = -7,      /* runs merged: a sum over 2**64-1, or more than BS_RUNS_MAX runs */
 };
 
 /* The tables, in lmdb_store._DBS's order. */
@@ -87,6 +90,15 @@ int bs_sw_stat(bs_sw *w, int db, uint64_t *entries, uint64_t *pages);
  * nothing, and a new store's batch (floor 0) hands over `keep` entries, not every key.
  * On an error the transaction must be aborted. */
 int bs_sw_add_run(bs_sw *w, const uint8_t *run, size_t len, uint64_t floor, size_t keep, bs_sw_result *r);
+
+/* bs_sw_add_run of the merge of runs[0:n) (runs.h), each part of the merge added as soon as
+ * it is merged while `threads` helper threads merge the next (bs_runs_stream): the same
+ * table, result and status as bs_sw_add_run(bs_runs_merge_packed(runs)), except that a fault
+ * of the runs is found part by part (BS_SW_EPACKED or BS_SW_ELIMIT after the parts before it
+ * were written: on any error the transaction must be aborted).  out: room for the sum of the
+ * runs' lengths, where the merge is written; r's skipped keys point into it. */
+int bs_sw_add_runs(bs_sw *w, const bs_run *runs, size_t n, size_t threads, uint8_t *out, uint64_t floor, size_t keep,
+                   bs_sw_result *r);
 
 /* The run staged into the meta table as chunks of at most chunk_keys entries, each under
  * prefix + its number (4 bytes, big-endian), as msgpack [keys (bin), counts (uint)] -- what

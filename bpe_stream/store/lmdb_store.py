@@ -21,7 +21,8 @@ finishes a staged batch that a kill cut off, before anything reads the words, so
 see every batch whole or not at all, and nothing is counted twice.
 
 Two writers, one layout.  A batch given as a sorted run (:class:`SortedRun`, what counting
-hands over) is written by the native writer (``csrc/storewrite.c``, ``_fastbpe.StoreWriter``:
+hands over; or several, :class:`SortedRuns`, merged as they are written) is written by the
+native writer (``csrc/storewrite.c``, ``_fastbpe.StoreWriter``:
 the LMDB release py-lmdb bundles, vendored in ``csrc/lmdb``, so one on-disk format): the
 words merged in C with a cursor walk in key order, no Python object per pretoken.  Everything
 else -- the metadata of every transaction (totals, source records, settings, the check
@@ -379,6 +380,29 @@ class SortedRun:
 
 
 _RUN_ENTRY_OVERHEAD = 12  # a run's bytes per entry besides its key (csrc/counttable.h)
+class SortedRuns:
+    """Counts as several runs (each a :class:`SortedRun`'s), for the native writer to merge
+    as it writes them (``StoreWriter.add_runs``: each part of the merge written while
+    ``threads`` helper threads merge the next), not merged first.  ``entries``: the runs'
+    entries, at most the pretokens (a key in two runs counts twice)."""
+
+    __slots__ = ("runs", "entries", "threads")
+
+    def __init__(self, runs: List, entries: int, threads: int = 1):
+        self.runs, self.entries, self.threads = runs, entries, threads
+
+    def __len__(self) -> int:
+        return self.entries
+
+    def key_bytes(self) -> int:
+        return sum(map(len, self.runs)) - _RUN_ENTRY_OVERHEAD * self.entries
+
+    def merged(self) -> SortedRun:
+        """The runs merged into one (the native merge: SortedRuns come from a process that
+        writes natively)."""
+        return SortedRun(*_native.merge_runs_packed(self.runs, threads=self.threads))
+
+
 _StoreWriter = getattr(_native, "StoreWriter", None)  # None without the extension
 # Whether batches are written by the native writer where it can (tests turn it off to
 # compare the two paths).
@@ -1169,6 +1193,11 @@ class Store:
         (:meth:`_stage_chunk_keys`); None: STAGE_DIRTY_PAGES.  Returns how many pretokens
         were new."""
         dirty_pages = None if dirty_bytes is None else dirty_bytes // _PAGE  # (None: _stage_chunk_keys's default)
+        if isinstance(counts, SortedRuns):
+            if self.writes_natively and counts.entries <= self._stage_chunk_keys(
+                    counts.entries, counts.key_bytes(), dirty_pages):
+                return self._add_runs_batch(counts, sources, totals, before)
+            counts = counts.merged()  # (a staged batch: its chunks are cut from one run)
         if isinstance(counts, SortedRun):
             if self.writes_natively:
                 return self._add_run_batch(counts, sources, totals, before, dirty_pages)
@@ -1208,6 +1237,18 @@ class Store:
             whole, lambda txn: self._added_natively(txn, txn.writer.add_run, batch[0]),
             lambda txn: txn.writer.stage_run(batch[0], chunk_keys, _STAGED),  # msgpack [keys, counts] chunks
             sources, totals, before, True, batch.clear)
+
+    def _add_runs_batch(self, counts: SortedRuns, sources: dict, totals: dict, before) -> int:
+        """:meth:`add_batch` of runs that fit one transaction: merged by the native writer as
+        it adds them (``StoreWriter.add_runs``), the rest as :meth:`_add_run_batch`'s."""
+        self._ensure_top()
+        runs, threads = counts.runs, counts.threads
+        del counts
+
+        def add(txn):
+            return self._added_natively(txn, lambda data, *top: txn.writer.add_runs(data, *top, threads=threads), runs)
+
+        return self._write_batch(True, add, None, sources, totals, before, True, None)
 
     def _write_batch(self, whole: bool, add_words, stage_words, sources: dict, totals: dict, before,
                      native: bool, release) -> int:
@@ -1264,6 +1305,9 @@ class Store:
             # can enter the kept top, and a new store's floor 0 makes every written key one)
             result = add(data) if floor is None else add(data, floor, TOP_KEPT)
         except OverflowError as exc:
+            if not isinstance(exc.args[0], int):  # (runs merged as written: a sum past 2**64-1)
+                raise StoreError("a count would pass 2**63-1 (a sum of one batch's counts passed 2**64-1); "
+                                 "the store keeps 64-bit counts") from None
             _u64(exc.args[0])
             raise
         except ValueError as exc:
