@@ -394,34 +394,6 @@ def test_the_threaded_merge_of_thousands_of_runs_on_the_most_threads():
     assert count_table._native.merge_runs_packed(runs, threads=256) == py_merge_runs_packed(runs)
 
 
-def test_threads_count_a_file_in_their_own_larger_ranges_unless_one_is_asked_for(corpus_files, one_worker_store,
-                                                                                  tmp_path, monkeypatch):
-    """Threads (a plain file, several workers) cut it into THREAD_RANGE_BYTES ranges, capped by
-    the budget; one worker, and a range_bytes asked for, keep theirs.  The store is the same."""
-    from bpe_stream.count.counting import count_sources, make_settings
-    from bpe_stream.inputs.reader import Source
-    from bpe_stream.store.lmdb_store import Store
-
-    monkeypatch.setattr(counting, "THREAD_RANGE_BYTES", 96 << 10)
-    monkeypatch.setattr(counting, "RANGE_BYTES", 32 << 10)
-    monkeypatch.setattr(counting, "MIN_BALANCED_RANGE", 1 << 10)
-    asked = []
-    real = counting.balanced_range
-    monkeypatch.setattr(counting, "balanced_range", lambda r, size, w: asked.append(r) or real(r, size, w))
-    settings = make_settings("gpt2", ["<|endoftext|>"])
-    for i, (workers, range_bytes, budget, want) in enumerate([
-            (2, None, 1 << 30, 96 << 10), (1, None, 1 << 30, 32 << 10), (2, 20 << 10, 1 << 30, 20 << 10),
-            (2, None, 16 << 20, counting.range_for(counting.flush_threshold(16 << 20, 2), 96 << 10))]):
-        asked.clear()
-        with Store.open(tmp_path / f"s{i}", create=True) as st_:
-            count_sources(st_, [Source.from_arg(str(p)) for p in corpus_files], settings, workers=workers,
-                          range_bytes=range_bytes, max_memory=budget)
-            with st_.reader() as txn:
-                assert (dict(st_.iter_words(txn)), st_.totals(txn), st_.top_pretokens(txn, 64)) == one_worker_store
-        assert set(asked) == {want}, (workers, range_bytes, budget, asked)
-    assert want < 96 << 10  # the budget's cap
-
-
 def test_threads_kept_tables_are_flushed_by_what_they_hold(tmp_path, monkeypatch):
     """Threads keep a table each across ranges (``KeptTables``) and pack it only at a flush
     here (their cap out of reach): the batch's estimate counts what the tables hold, so a small

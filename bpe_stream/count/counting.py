@@ -96,14 +96,13 @@ WORKER_BYTES = 96 << 20
 DIRTY_SHARE = 0.125
 DIRTY_MAX = 512 << 20
 DEFAULT_MAX_MEMORY = 1 << 30
-RANGE_BYTES = 8 << 20  # one task of a worker
-# ... of a thread counting a plain file in this process, into its kept table (KeptTables).
-# When each range had a table of its own, fewer, larger ranges spared sorting and merging
-# (2026-12-04, 2 cores, -w2: 200 MB of English 0.62 s in 8 MiB ranges, 0.56 s in 32 MiB);
-# with kept tables 8, 16 and 32 MiB measured alike (2026-12-05), and 32 MiB keeps the parent's
-# work per range small.  A worker process keeps RANGE_BYTES, which its WORKER_BYTES were
-# measured with; either is capped by the budget (range_for).
-THREAD_RANGE_BYTES = 32 << 20
+# One counting task: a range of a file, on a worker process or a thread.  Processes were
+# measured with it for WORKER_BYTES.  Threads took 32 MiB ranges while each range had a table
+# of its own (fewer tables to sort and merge); with kept tables smaller ranges balance the
+# threads' last ranges better: -w2 into a new store, 2 cores, idle, median of 10 paired runs
+# (2026-12-05), 8 MiB against 32 MiB x0.92 on 200 MB of English (0.51 s) and x0.93 on 400 MB
+# of generated text (1.96 s); 4 and 16 MiB within 2% of 8.  Capped by the budget (range_for).
+RANGE_BYTES = 8 << 20
 # The entries a counting thread's kept table (``KeptTables``) holds before it packs them into a
 # run; fewer when the budget is small (kept_cap).  A larger table scans slower (its slots fall
 # out of the caches) and its pack waits at the flush.  Measured 2026-12-05, 2 cores, -w2, the
@@ -723,7 +722,7 @@ def count_sources(
     size is not known), ``on_bytes`` the bytes of each part counted.  What is
     done with a file the store has seen before (skip, resume, count on after it grew, refuse)
     and the claims that keep two counts from counting one file: :mod:`bpe_stream.count.seen_files`.
-    ``range_bytes``: the size of a counting task (None: RANGE_BYTES, THREAD_RANGE_BYTES on threads)."""
+    ``range_bytes``: the size of a counting task (None: RANGE_BYTES)."""
     store.check_settings(settings)  # recorded with the first batch: a failed first run leaves none
     from ..inputs.documents import with_form
 
@@ -786,7 +785,6 @@ class _Count:
         self.compact_entries = max(1 << 16, self.flush_at // COUNTER_ENTRY_BYTES // 4)
         self.batch = _Batch(self.compact_entries)
         self.range_bytes = range_for(self.flush_at, options.range_bytes or RANGE_BYTES)
-        self.file_range_bytes = self.range_bytes  # a plain file's ranges (larger on threads: _start_runner)
         self.finished: List[Source] = []  # claimed until the batch with their last counts is committed
         self.kept: Optional[KeptTables] = None  # the counting threads' tables (_start_runner)
         self.held = {}  # a kept table's id -> (entries, key bytes) as its last range taken left it
@@ -838,12 +836,8 @@ class _Count:
             # Plain files' ranges are counted in C without the GIL: on threads, with nothing sent
             # between processes.  Custom patterns, documents and stdin are Python's work: processes.
             self.runner = ThreadRunner(n) if n > 1 and plain and native_countable(self.settings) else LocalRunner(n)
-        if getattr(self.runner, "shares_memory", False):
-            if self.options.range_bytes is None:
-                self.file_range_bytes = range_for(self.flush_at, THREAD_RANGE_BYTES)
-            if native_countable(self.settings):
-                workers = max(1, getattr(self.runner, "workers", 1))
-                self.kept = KeptTables(kept_cap(self.flush_at, workers))
+        if getattr(self.runner, "shares_memory", False) and native_countable(self.settings):
+            self.kept = KeptTables(kept_cap(self.flush_at, max(1, getattr(self.runner, "workers", 1))))
         self.summary.workers = getattr(self.runner, "workers", self.options.workers)
         self.window = Window(self.runner)
         # Text of a stream with no cut for long goes to a file in the store's directory (on its
@@ -901,7 +895,7 @@ class _Count:
         if plan.message:
             self.options.on_message(plan.message)
         ranges = file_ranges(source.name, plan.start, source.size, self.pre, self.specials,
-                             balanced_range(self.file_range_bytes, source.size - plan.start, self.summary.workers))
+                             balanced_range(self.range_bytes, source.size - plan.start, self.summary.workers))
         path = os.path.abspath(source.name)  # a worker may run elsewhere (Dask), in another directory
         if self.window.runner.inline and native_countable(self.settings):
             self._count_ranges_here(plan, path, ranges)
