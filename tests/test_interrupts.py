@@ -70,6 +70,11 @@ COUNT_PAUSES = {
     # a counting thread, inside its third range (the parent waits for that result)
     "thread-inside-a-task": ((), lambda marker: {"pause_in_task": {"function": "bpe_stream.count.counting.count_range_shared",
                                                                    "n": 3, "marker": marker}}),
+    # a counting thread packing its kept table for the flush (the parent waits for it, every
+    # range in flight taken already): a budget whose tables never fill, so that the one flush
+    # at the end packs at least one, whichever thread counted which range
+    "thread-packing-its-kept-table": (("--max-memory", "1G"), lambda marker: {"pause_in_task": {"function": "bpe_stream.count.counting._take_table",
+                                                                            "n": 1, "marker": marker}}),
     # the same with worker processes
     "parent-after-a-batch-of-workers": (PROCESSES, lambda marker: {"pause_after_batch": {"n": 2, "marker": marker}}),
     "worker-inside-a-task": (PROCESSES, lambda marker: {"pause_in_task": {"function": "bpe_stream.count.counting.count_range",
