@@ -329,7 +329,7 @@ def test_runs_merged_as_written_are_cut_into_parts_and_faults_abort_the_transact
     for bad, error in (([runs[0], backwards], ValueError), (huge, OverflowError)):
         with Store.open(tmp_path / "c", create=True) as st_:
             with pytest.raises(error) as raised:
-                st_.write(lambda txn: txn.writer.add_runs(bad, threads=2), native=True)
+                st_.write(lambda txn, bad=bad: txn.writer.add_runs(bad, threads=2), native=True)
             if error is OverflowError:
                 assert "2**64-1" in str(raised.value)
             with st_.reader() as txn:
