@@ -33,6 +33,7 @@ writing inside the repository is refused.  Library use: :func:`generate`.
 from __future__ import annotations
 
 import argparse
+import collections
 import itertools
 import os
 import re
@@ -345,8 +346,14 @@ def chunks(gen: Generator, workers: int = 1) -> Iterator[bytes]:
     import multiprocessing
 
     _WORKER_GENERATOR = gen  # inherited by the forked workers
+    # A window of 2 * workers chunks in flight, not imap over an endless count: Pool.imap's
+    # task thread keeps queueing chunks, and the workers block writing results nobody reads,
+    # so terminating the pool once the caller has enough hung now and then (seen 2026-12-05).
     with multiprocessing.get_context("fork").Pool(workers) as pool:
-        yield from pool.imap(_worker_chunk, itertools.count(), chunksize=1)
+        ahead = collections.deque(pool.apply_async(_worker_chunk, (i,)) for i in range(2 * workers))
+        for i in itertools.count(2 * workers):
+            yield ahead.popleft().get()
+            ahead.append(pool.apply_async(_worker_chunk, (i,)))
 
 
 def generate(path: str, nbytes: int, seed: int = 1, tail_rate: float = 0.1, vocabulary_source: Optional[str] = None,
