@@ -11,7 +11,9 @@ For each ``--size`` (several may be given, e.g. ``--size 2G --size 5G``):
 2. counts it with ``bpe-stream count -w`` all cores into a new store;
 3. for each budget, ``train --plan`` (the forecast), then ``train --max-memory BUDGET``;
    with ``--memory-path`` also ``train --path memory`` on the same store (the reference the
-   disk path is held against: wall ratio and identical tokenizer);
+   disk path is held against: wall ratio and identical tokenizer); before training, what
+   opening the store costs: ``stats`` of it and ``count`` of an empty file into it against one
+   into a new store (``open_costs``);
 4. with ``--rustbpe-timeout S``, rustbpe on the same documents (in a process stopped after S
    seconds: its time and peak, or that it did not finish).
 
@@ -187,6 +189,42 @@ def scratch_of(stderr: str) -> dict:
     return {"scratch_mb": n[1], "scratch_anon_mb": n[3]}
 
 
+def open_costs(bpe: list, store: Path, scratch: Path, reps: int = 5) -> dict:
+    """What opening the large store costs (issue 35: the same for 1 MB and 50 GB): ``stats``
+    of it, and ``count`` of an empty file into it against one into a new store, each run
+    ``reps`` times (a new empty file each time, so that every count opens, checks and commits
+    as a first count of that file does; an empty file adds no counts, so training after it is
+    unchanged).  Medians and minima of the CLI walls, start-up included."""
+    import statistics
+
+    shutil.rmtree(scratch, ignore_errors=True)
+    scratch.mkdir(parents=True)
+
+    def wall(argv: list) -> float:
+        t0 = time.perf_counter()
+        subprocess.run(argv, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        return time.perf_counter() - t0
+
+    def empty(i: int, where: str) -> Path:
+        path = scratch / f"empty-{where}-{i}.txt"
+        path.write_bytes(b"")
+        return path
+
+    stats = [wall([*bpe, "stats", "--store", str(store), "--json"]) for _ in range(reps)]
+    big = [wall([*bpe, "count", "--store", str(store), str(empty(i, "big"))]) for i in range(reps)]
+    new = [wall([*bpe, "count", "--store", str(scratch / f"new-store-{i}"), str(empty(i, "new"))]) for i in range(reps)]
+    shutil.rmtree(scratch, ignore_errors=True)
+    med = statistics.median
+    return {
+        "reps": reps, "store_mb": round(dir_bytes(store) / 1e6, 1),
+        "stats_s": round(med(stats), 3), "stats_min_s": round(min(stats), 3),
+        "count_empty_s": round(med(big), 3), "count_empty_min_s": round(min(big), 3),
+        "count_empty_new_store_s": round(med(new), 3), "count_empty_new_store_min_s": round(min(new), 3),
+        "open_extra_s": round(med(big) - med(new), 3) + 0.0,  # (no -0.0)
+        "targets": "stats_s < 0.3; open_extra_s <= 0.05",
+    }
+
+
 # -- the run -------------------------------------------------------------------------------------
 def bench_size(args, size: int, out) -> None:
     tag = f"{size >> 30}G" if size % (1 << 30) == 0 else f"{size >> 20}M"
@@ -209,6 +247,7 @@ def bench_size(args, size: int, out) -> None:
                                    check=True).stdout)
     emit(out, dict(count, store_mb=round(dir_bytes(store) / 1e6, 1), distinct_pretokens=st["unique_pretokens"],
                    symbols=st["unique_pretokens_bytes"], text_bytes=st["bytes"]))
+    emit(out, dict(phase=f"{tag}: opening the store", **open_costs(bpe, store, workdir / "open-costs")))
     env = dict(os.environ, BPE_STREAM_DEBUG="1")
     tokenizers = {}
     if args.memory_path:
