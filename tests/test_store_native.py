@@ -244,22 +244,29 @@ def test_a_run_becomes_the_python_path_s_lists_with_or_without_the_extension(mon
 
 
 @NEEDS_WRITER
-@pytest.mark.parametrize("block", [0, 1], ids=["as-py-lmdb-closes", "as-py-lmdb-reopens"])
+@pytest.mark.parametrize("block", [0, 1, 2], ids=["as-py-lmdb-closes", "as-py-lmdb-reopens", "before-the-reopening-holds"])
 def test_ctrl_c_held_back_around_the_handover_leaves_py_lmdb_open(tmp_path, monkeypatch, block):
     """Store.write(native=True) closes py-lmdb's handle and reopens it after the native
     transaction, each with SIGINT held back.  A Ctrl-C held while the handle closes is raised
     as that block ends (``block`` 0: before, that was outside the try that reopens it, and the
     next read of the store failed on a closed environment; seen once in a dozen runs of the
-    Ctrl-C test of count -w2); one held while it reopens, after it is open again.  Either way:
+    Ctrl-C test of count -w2); one held while it reopens, after it is open again; one raised on
+    the way into the reopening's hold, before it holds (``block`` 2: a SIGINT that came during
+    the native writer's close, run by Python at its next function call; before, the handle
+    stayed closed: seen once in 80 runs of the Ctrl-C test of count -w2 with worker
+    processes), kept, the handle reopened all the same, then raised.  Every way:
     KeyboardInterrupt, the handle open, nothing written."""
     import os
     import signal
     from contextlib import contextmanager
 
-    real, seen = store_mod._sigint_deferred, []
+    real, seen, entered = store_mod._sigint_deferred, [], []
 
     @contextmanager
     def ctrl_c_in(number=block):
+        entered.append(1)
+        if number == 2 and len(entered) == 2:  # (the reopening's hold, not set up yet)
+            raise KeyboardInterrupt
         with real():
             yield
             seen.append(1)
