@@ -380,6 +380,8 @@ class SortedRun:
 
 
 _RUN_ENTRY_OVERHEAD = 12  # a run's bytes per entry besides its key (csrc/counttable.h)
+
+
 class SortedRuns:
     """Counts as several runs (each a :class:`SortedRun`'s), for the native writer to merge
     as it writes them (``StoreWriter.add_runs``: each part of the merge written while
