@@ -1,7 +1,7 @@
 """The worked examples in the core's docstrings are doctests, and they hold.
 
-``bpe``, ``pretokenize``, ``memory_engines`` (the Python engine), ``streaming`` and ``count_table`` examples
-stand alone.  ``tokenizer``'s methods continue the example of the ``Tokenizer`` class
+``bpe``, ``pretokenize``, ``memory_engines`` (the Python engine), ``streaming``, ``count_table`` and
+``estimate`` (its calibration points) examples stand alone.  ``tokenizer``'s methods continue the example of the ``Tokenizer`` class
 docstring (its ``tok``), so that one runs first and its names are given to the others.
 """
 
@@ -13,7 +13,7 @@ import pytest
 
 from bpe_stream import bpe
 from bpe_stream.count import table as count_table, seen_files as sources
-from bpe_stream.train import memory as memory_engines
+from bpe_stream.train import estimate, memory as memory_engines
 from bpe_stream.pretok import pretokenize
 from bpe_stream.inputs import cuts, streaming
 from bpe_stream.encode import tokenizer
@@ -32,7 +32,8 @@ def _run(test, runner):
     return runner
 
 
-@pytest.mark.parametrize("module", [bpe, pretokenize, memory_engines, streaming, cuts, count_table, sources], ids=lambda m: m.__name__)
+@pytest.mark.parametrize("module", [bpe, pretokenize, memory_engines, streaming, cuts, count_table, sources, estimate],
+                         ids=lambda m: m.__name__)
 def test_standalone_examples(module):
     runner = doctest.DocTestRunner(optionflags=FLAGS)
     for test in _tests(module):

@@ -90,6 +90,46 @@ def test_the_in_memory_estimate_grows_with_the_merges_until_the_words_are_spent(
     assert few.memory_estimate <= many.memory_estimate
 
 
+def test_the_disk_time_follows_the_positions_the_budget_leaves_in_the_file(counted, monkeypatch, tmp_path):
+    """The disk path's estimated time (train/estimate.py): the in-memory time times a floor,
+    plus what each dirty-background-limit's worth of positions left in the scratch file adds;
+    the in-memory time takes no quota.  The plan passes its run quota; the limit comes from
+    /proc/sys/vm (bytes when set, else a ratio of the available memory)."""
+    from bpe_stream.train import estimate
+
+    symbols, merges, limit = 362_000_000, 65_280, 2300 << 20
+    memory = estimate.estimate_train_seconds(symbols, merges, False)
+    assert estimate.estimate_train_seconds(symbols, merges, False, 1 << 30, limit) == memory
+    times = [estimate.estimate_train_seconds(symbols, merges, True, quota, limit)
+             for quota in (8 * symbols, 2 << 30, 1 << 30, 0)]
+    assert times[0] == pytest.approx(memory * estimate.DISK_TIME_FLOOR)  # every position in memory
+    assert times[0] < times[1] < times[2] < times[3]
+    in_file = 8 * symbols - (1 << 30)
+    assert times[2] == pytest.approx(memory * (estimate.DISK_TIME_FLOOR + estimate.DISK_TIME_PER_DIRTY_LIMIT * in_file / limit))
+    # the limit as the kernel states it
+    vm = {"dirty_background_bytes": "0\n", "dirty_background_ratio": "10\n"}
+    real_open = open
+
+    def fake_open(path, *args, **kwargs):
+        name = os.path.basename(str(path))
+        if str(path).startswith("/proc/sys/vm/") and name in vm:
+            target = tmp_path / name
+            target.write_text(vm[name])
+            return real_open(target, *args, **kwargs)
+        return real_open(path, *args, **kwargs)
+
+    monkeypatch.setattr("builtins.open", fake_open)
+    monkeypatch.setattr(estimate, "available_memory", lambda: 20_000_000_000)
+    assert estimate.dirty_background_limit() == 2_000_000_000
+    vm["dirty_background_bytes"] = "300000000\n"
+    assert estimate.dirty_background_limit() == 300_000_000
+    monkeypatch.undo()
+    low, high = plan(counted, TrainConfig(vocab_size=600), max_memory=30 << 20, path="disk"), \
+        plan(counted, TrainConfig(vocab_size=600), max_memory=1 << 30, path="disk")
+    assert low.seconds == pytest.approx(estimate.estimate_train_seconds(low.symbols, low.limit, True, low.scratch_run_quota))
+    assert low.seconds >= high.seconds
+
+
 @needs_c
 def test_the_path_follows_the_budget_or_the_option(counted):
     small = plan(counted, max_memory=1 << 20)

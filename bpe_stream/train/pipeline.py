@@ -161,7 +161,7 @@ def plan_training(
         extension=extension, resumed=resumed, path=path, reason=reason, engine=engine, budget=budget, unique=unique, symbols=symbols,
         memory_estimate=need, disk_estimate=disk_need, scratch_quota=quota, scratch_run_quota=run_quota,
         messages=tuple(messages), scratch_bytes=scratch, scratch_dir=where,
-        seconds=estimate_train_seconds(symbols, max(0, limit - len(forced)), path == "disk"),
+        seconds=estimate_train_seconds(symbols, max(0, limit - len(forced)), path == "disk", run_quota),
     )
 
 
