@@ -158,11 +158,11 @@ def estimate_train_seconds(total_symbols: int, merges: int, disk: bool, run_quot
         generated 400 MB (70.4M), 32,000, 435M    0.18 GB  x1.0         x1.19
         generated 2 GB (362M), 65,280, 2G         0.78 GB  x1.42-1.47   x1.49
                                        1G         1.87 GB  x1.88-2.09   x2.03
-        generated 5 GB (886M), 131,072, 4G        2.99 GB  759 s        625 s
+        generated 5 GB (886M), 131,072, 4G        2.99 GB  759-886 s    625 s
 
     (the 5 GB store's in-memory run needs more memory than the machine has; the model's
     in-memory time for it is 242 s).  At 5 GB the scratch (24 GB) outgrows the page cache as
-    well, which the model leaves out: it underestimates there, by 18%.
+    well, which the model leaves out: it underestimates there, by 18-30%.
 
     >>> round(estimate_train_seconds(362_000_000, 65_280, False))
     80
