@@ -227,11 +227,13 @@ def test_train_plan_says_what_the_run_takes_and_trains_nothing(counted, cli):
     from bpe_stream.train.pipeline import plan_summary
 
     before = sorted(os.listdir(counted))
-    res = cli("train", "--store", counted, "--vocab-size", "1000", "--plan", "--json")
+    # (a budget given: the default is half the memory available at each reading, which moves
+    # while other work frees or takes memory)
+    res = cli("train", "--store", counted, "--vocab-size", "1000", "--plan", "--json", "--max-memory", "1G")
     assert res.exit_code == 0, res.stderr
     summary = __import__("json").loads(res.stdout)
     with Store.open(counted, readonly=True) as st:
-        plan = plan_training(st, TrainConfig(vocab_size=1000))
+        plan = plan_training(st, TrainConfig(vocab_size=1000), max_memory=1 << 30)
     assert summary == plan_summary(plan) and summary["path"] == "memory" and summary["scratch_bytes"] == 0
     assert summary["merges"] == plan.limit and summary["estimated_seconds"] >= 0
     assert sorted(os.listdir(counted)) == before  # nothing written: no tokenizer, no scratch
