@@ -1,8 +1,9 @@
 """The worked examples in the core's docstrings are doctests, and they hold.
 
-``bpe``, ``pretokenize``, ``memory_engines`` (the Python engine), ``streaming``, ``count_table`` and
-``estimate`` (its calibration points) examples stand alone.  ``tokenizer``'s methods continue the example of the ``Tokenizer`` class
-docstring (its ``tok``), so that one runs first and its names are given to the others.
+``bpe``, ``pretokenize``, ``memory_engines`` (the Python engine), ``streaming``, ``count_table``
+and ``estimate`` (its calibration points) examples stand alone.  ``tokenizer``'s methods
+continue the example of the ``Tokenizer`` class docstring (its ``tok``), so that one runs
+first and its names are given to the others.
 """
 
 from __future__ import annotations

@@ -101,33 +101,28 @@ def test_the_disk_time_follows_the_positions_the_budget_leaves_in_the_file(count
     memory = estimate.estimate_train_seconds(symbols, merges, False)
     assert estimate.estimate_train_seconds(symbols, merges, False, 1 << 30, limit) == memory
     times = [estimate.estimate_train_seconds(symbols, merges, True, quota, limit)
-             for quota in (8 * symbols, 2 << 30, 1 << 30, 0)]
+             for quota in (estimate.POSITION_BYTES * symbols, 2 << 30, 1 << 30, 0)]
     assert times[0] == pytest.approx(memory * estimate.DISK_TIME_FLOOR)  # every position in memory
     assert times[0] < times[1] < times[2] < times[3]
-    in_file = 8 * symbols - (1 << 30)
+    in_file = estimate.POSITION_BYTES * symbols - (1 << 30)
     assert times[2] == pytest.approx(memory * (estimate.DISK_TIME_FLOOR + estimate.DISK_TIME_PER_DIRTY_LIMIT * in_file / limit))
     # the limit as the kernel states it
-    vm = {"dirty_background_bytes": "0\n", "dirty_background_ratio": "10\n"}
-    real_open = open
-
-    def fake_open(path, *args, **kwargs):
-        name = os.path.basename(str(path))
-        if str(path).startswith("/proc/sys/vm/") and name in vm:
-            target = tmp_path / name
-            target.write_text(vm[name])
-            return real_open(target, *args, **kwargs)
-        return real_open(path, *args, **kwargs)
-
-    monkeypatch.setattr("builtins.open", fake_open)
+    monkeypatch.setattr(estimate, "VM_SYSCTL_DIR", str(tmp_path))
     monkeypatch.setattr(estimate, "available_memory", lambda: 20_000_000_000)
-    assert estimate.dirty_background_limit() == 2_000_000_000
-    vm["dirty_background_bytes"] = "300000000\n"
+    assert estimate.dirty_background_limit() == 2_000_000_000  # nothing readable: 10%
+    (tmp_path / "dirty_background_ratio").write_text("5\n")
+    (tmp_path / "dirty_background_bytes").write_text("0\n")
+    assert estimate.dirty_background_limit() == 1_000_000_000
+    (tmp_path / "dirty_background_bytes").write_text("300000000\n")
     assert estimate.dirty_background_limit() == 300_000_000
-    monkeypatch.undo()
+    # the plan passes its run quota: a budget that keeps every position in memory plans less
+    # time than one that keeps none
     low, high = plan(counted, TrainConfig(vocab_size=600), max_memory=30 << 20, path="disk"), \
         plan(counted, TrainConfig(vocab_size=600), max_memory=1 << 30, path="disk")
-    assert low.seconds == pytest.approx(estimate.estimate_train_seconds(low.symbols, low.limit, True, low.scratch_run_quota))
-    assert low.seconds >= high.seconds
+    assert low.scratch_run_quota < estimate.POSITION_BYTES * low.symbols <= high.scratch_run_quota
+    for p in (low, high):
+        assert p.seconds == pytest.approx(estimate.estimate_train_seconds(p.symbols, p.limit, True, p.scratch_run_quota))
+    assert low.seconds > high.seconds
 
 
 @needs_c

@@ -177,13 +177,16 @@ def estimate_train_seconds(total_symbols: int, merges: int, disk: bool, run_quot
     return seconds * (DISK_TIME_FLOOR + DISK_TIME_PER_DIRTY_LIMIT * in_file / max(limit, 1))
 
 
+VM_SYSCTL_DIR = "/proc/sys/vm"
+
+
 def dirty_background_limit() -> int:
     """The page cache's dirty bytes past which the kernel starts writing back (Linux:
     ``vm.dirty_background_bytes``, else ``vm.dirty_background_ratio`` percent of the available
     memory); 10% of the available memory where those cannot be read."""
     def read(name: str) -> int:
         try:
-            with open(f"/proc/sys/vm/{name}") as f:
+            with open(f"{VM_SYSCTL_DIR}/{name}") as f:
                 return int(f.read().split()[0])
         except (OSError, ValueError, IndexError):
             return -1
