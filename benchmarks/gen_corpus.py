@@ -346,14 +346,20 @@ def chunks(gen: Generator, workers: int = 1) -> Iterator[bytes]:
     import multiprocessing
 
     _WORKER_GENERATOR = gen  # inherited by the forked workers
-    # A window of 2 * workers chunks in flight, not imap over an endless count: Pool.imap's
-    # task thread keeps queueing chunks, and the workers block writing results nobody reads,
-    # so terminating the pool once the caller has enough hung now and then (seen 2026-12-05).
-    with multiprocessing.get_context("fork").Pool(workers) as pool:
+    # A window of 2 * workers chunks in flight, and the pool closed and joined -- the chunks
+    # in flight finished -- once the caller has enough, never terminated: Pool.terminate
+    # (what `with Pool()` does on exit) kills workers that may hold the pool's queue locks,
+    # and its shutdown then hangs now and then (seen twice on 2026-12-05, first with imap
+    # over an endless count, then with this window).
+    pool = multiprocessing.get_context("fork").Pool(workers)
+    try:
         ahead = collections.deque(pool.apply_async(_worker_chunk, (i,)) for i in range(2 * workers))
         for i in itertools.count(2 * workers):
             yield ahead.popleft().get()
             ahead.append(pool.apply_async(_worker_chunk, (i,)))
+    finally:
+        pool.close()
+        pool.join()
 
 
 def generate(path: str, nbytes: int, seed: int = 1, tail_rate: float = 0.1, vocabulary_source: Optional[str] = None,
