@@ -1,13 +1,14 @@
 """The scale benchmark (``make bench-scale``): web-like JSON Lines counted and trained out of core.
 
     .venv/bin/python benchmarks/bench_scale.py --size 2G --vocab 65536 --budgets 2G,1G \\
-        [--memory-path] [--rustbpe-timeout 1800] [--dir build/scale] [--keep]
+        [--memory-path] [--rustbpe-timeout 1800] [--dir build/scale] [--data-dir DIR] [--keep]
 
 For each ``--size`` (several may be given, e.g. ``--size 2G --size 5G``):
 
 1. generates that much text with ``gen_corpus.py`` (its distribution, ``--seed``), written as
    ``.jsonl.zst`` -- one ``{"text": ...}`` record a document -- as a web dump comes (kept in
-   ``--dir`` and reused by later runs of the same size and seed);
+   ``--data-dir``, by default ``bpe-stream-scale`` in the system's temporary directory, never in
+   the repository, and reused by later runs of the same size and seed);
 2. counts it with ``bpe-stream count -w`` all cores into a new store;
 3. for each budget, ``train --plan`` (the forecast), then ``train --max-memory BUDGET``;
    with ``--memory-path`` also ``train --path memory`` on the same store (the reference the
@@ -34,6 +35,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -45,6 +47,8 @@ sys.path.insert(0, str(HERE))
 import measure  # noqa: E402
 
 SPECIAL = "<|endoftext|>"
+# The generated inputs, kept for later runs: never in the repository (gen_corpus refuses it)
+DEFAULT_DATA_DIR = Path(tempfile.gettempdir()) / "bpe-stream-scale"
 
 
 def parse_size(text: str) -> int:
@@ -66,7 +70,7 @@ def make_jsonl_zst(nbytes: int, seed: int, out: Path) -> dict:
 
     if out.exists():
         return {"path": str(out), "reused": True, "bytes": out.stat().st_size}
-    text = out.with_suffix(".txt.tmp")
+    text = out.with_suffix(".txt.tmp")  # (beside it: gen_corpus never writes inside the repository)
     t0 = time.perf_counter()
     subprocess.run([sys.executable, str(HERE / "gen_corpus.py"), "--bytes", str(nbytes), "--seed", str(seed),
                     "--workers", str(os.cpu_count() or 1), "-o", str(text)], check=True, stdout=subprocess.DEVNULL)
@@ -230,7 +234,9 @@ def bench_size(args, size: int, out) -> None:
     tag = f"{size >> 30}G" if size % (1 << 30) == 0 else f"{size >> 20}M"
     workdir = Path(args.dir)
     workdir.mkdir(parents=True, exist_ok=True)
-    data = workdir / f"web-{tag}-seed{args.seed}.jsonl.zst"
+    data_dir = Path(args.data_dir)
+    data_dir.mkdir(parents=True, exist_ok=True)
+    data = data_dir / f"web-{tag}-seed{args.seed}.jsonl.zst"
     gen = make_jsonl_zst(size, args.seed, data)
     emit(out, dict(phase=f"{tag}: input", **gen))
     store = workdir / f"store-{tag}"
@@ -320,7 +326,10 @@ def main(argv=None) -> None:
     ap.add_argument("--rustbpe-timeout", type=int, default=0, help="seconds; 0: rustbpe is not run")
     ap.add_argument("--seed", type=int, default=3)
     ap.add_argument("--workers", type=int, default=0)
-    ap.add_argument("--dir", default=str(REPO / "build" / "scale"))
+    ap.add_argument("--dir", default=str(REPO / "build" / "scale"), help="records, plot, stores, tokenizers")
+    ap.add_argument("--data-dir", default=str(DEFAULT_DATA_DIR),
+                    help="the generated .jsonl.zst inputs, kept for later runs (outside the repository: "
+                         "generated corpora never go into it)")
     ap.add_argument("--keep", action="store_true", help="keep the stores")
     ap.add_argument("--reuse-store", action="store_true", help="train on the store a --keep run left (no count)")
     ap.add_argument("--rustbpe-child", nargs=2, help=argparse.SUPPRESS)
