@@ -370,9 +370,10 @@ def compact_early():
        quota=st.sampled_from([0, 1 << 16, 1 << 20]))
 def test_the_disk_path_compacting_its_positions_equals_memory(tmp_path_factory, compact_early, words, tie, n, eow,
                                                              quota):
-    """Once a third of the positions are dead the disk path moves the live ones to the front and
-    renumbers every occurrence list (``compact_positions`` in csrc/merge_loop.c): the merges and
-    their counts stay the in-memory engine's, whatever the quota."""
+    """Once a third of the positions are dead the disk path moves the live ones to the front, and a
+    merge renumbers the list it takes through every compaction since its record was born
+    (``compact_positions``, ``renumber_list`` in csrc/merge_loop.c): the merges and their counts
+    stay the in-memory engine's, whatever the quota."""
     kw = dict(num_merges=n, tie_break=tie, end_of_word=eow, special_tokens=["<s>"])
     memory = train(words, "c", **kw)
     cfg = config(**kw)

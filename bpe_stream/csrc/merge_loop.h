@@ -28,6 +28,7 @@ typedef struct {
     uint64_t anon_bytes, peak_anon_bytes, anon_quota; /* the arena's anonymous blocks (now, at most, limit) */
     uint64_t moved_to_file, moved_to_anon;             /* blocks the arena moved on growth (filearena.h) */
     uint64_t compactions;                              /* times the positions were compacted */
+    double compact_seconds;                            /* the time those compactions took */
 } MergeLoopStats;
 
 /* NULL with *status set when it cannot (a tie-break that is none, no memory).  With an

@@ -270,7 +270,7 @@ static PyObject *MergeLoop_stats(MergeLoopObject *self, PyObject *noargs) {
     if (!m) return NULL;
     MergeLoopStats st;
     merge_loop_stats(m, &st);
-    return Py_BuildValue("{s:K,s:K,s:I,s:K,s:d,s:d,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K}", "visits", (unsigned long long)st.visits, "merged",
+    return Py_BuildValue("{s:K,s:K,s:I,s:K,s:d,s:d,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:d}", "visits", (unsigned long long)st.visits, "merged",
                          (unsigned long long)st.merged, "pairs", st.pairs, "heap", (unsigned long long)st.heap,
                          "load_seconds", self->load_seconds, "merge_seconds", self->merge_seconds,
                          "disk_bytes", (unsigned long long)st.disk_bytes,
@@ -280,7 +280,7 @@ static PyObject *MergeLoop_stats(MergeLoopObject *self, PyObject *noargs) {
                          "anon_quota", (unsigned long long)st.anon_quota,
                          "moved_to_file", (unsigned long long)st.moved_to_file,
                          "moved_to_anon", (unsigned long long)st.moved_to_anon,
-                         "compactions", (unsigned long long)st.compactions);
+                         "compactions", (unsigned long long)st.compactions, "compact_seconds", st.compact_seconds);
 }
 
 static PyObject *MergeLoop_set_quota(MergeLoopObject *self, PyObject *arg) {

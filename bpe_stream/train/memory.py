@@ -188,7 +188,8 @@ class CEngine:
         if os.environ.get("BPE_STREAM_DEBUG"):
             st = self.loop.stats()
             print(f"merge loop: init {st['load_seconds']:.3f} s, merges {st['merge_seconds']:.3f} s, {st['visits']} "
-                  f"occurrences visited, {st['merged']} merged, {st['pairs']} pairs, heap {st['heap']}", file=sys.stderr)
+                  f"occurrences visited, {st['merged']} merged, {st['pairs']} pairs, heap {st['heap']}, "
+                  f"{st['compactions']} compactions in {st['compact_seconds']:.3f} s", file=sys.stderr)
         self.loop = None
 
 
