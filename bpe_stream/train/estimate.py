@@ -124,8 +124,11 @@ def estimate_scratch_bytes(unique_pretokens: int, total_symbols: int, run_quota:
 
 # The disk path's tables as the file arena holds them (in the scratch file and in the anonymous
 # memory of its quota), per symbol and per word; and the CPU time of a run per symbol, for
-# ``train --plan``.  See the calibration table in the module docstring.
-DISK_TABLES_PER_SYMBOL = 32
+# ``train --plan``.  See the calibration table in the module docstring.  Per symbol 34 bytes
+# since a freed block of the file is punched only in whole large folios (filearena.c), its edges
+# kept: with 32 the plan said 10.1 and 11.1 GB for the 2 GB store at 2G and 1G, and 25.4 GB for
+# the 5 GB store at 4G, where the runs of 2026-12-06 peaked at 11.5, 11.6 and 26.3 GB.
+DISK_TABLES_PER_SYMBOL = 34
 DISK_TABLES_PER_WORD = 20
 SECONDS_PER_SYMBOL = 180e-9  # load and merges, in memory, for 32,768 merges
 # The disk path's time against the in-memory one (see estimate_train_seconds): a floor, and
@@ -162,7 +165,10 @@ def estimate_train_seconds(total_symbols: int, merges: int, disk: bool, run_quot
 
     (the 5 GB store's in-memory run needs more memory than the machine has; the model's
     in-memory time for it is 242 s).  At 5 GB the scratch (24 GB) outgrows the page cache as
-    well, which the model leaves out: it underestimates there, by 18-30%.
+    well, which the model leaves out: it underestimated there, by 18-30%.  Since the scratch
+    file is mapped with large folios and the lists are renumbered lazily (2026-12-06) the 2 GB
+    runs measure x1.41-1.42 at both budgets and the 5 GB run 588 s: the model is now close at
+    5 GB and pessimistic at 2 GB, where the in-memory time itself varied from 41 to 52 s that day.
 
     >>> round(estimate_train_seconds(362_000_000, 65_280, False))
     80
