@@ -15,8 +15,16 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "filearena.h"
+
+/* Seconds on the monotonic clock: the phase times the merge loop reports (BPE_STREAM_DEBUG). */
+static inline double bs_seconds(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
 
 /* Index sentinels: no position, no record, a symbol merged away.  No array indexed by a
  * uint32 may reach them, which is what bs_limit32 guarantees. */

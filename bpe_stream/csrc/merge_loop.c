@@ -25,7 +25,6 @@
 #include "pairs.h"
 
 #include <errno.h>
-#include <time.h>
 
 /* A position: its symbol and the distances to the previous and next live positions of its
  * word (0 at the word's ends), 8 bytes.  The positions are the table every merge rewrites,
@@ -115,7 +114,8 @@ struct MergeLoop {
     uint64_t merged_before; /* `merged` at the last compaction: n_pos - (merged - merged_before) live */
     uint64_t compactions; /* times the positions were compacted */
     double compact_seconds; /* and the time they took */
-    RankMap *maps; /* every compaction's rank map, oldest first (see compaction below) */
+    RankMap *maps; /* every compaction's rank map, oldest first (see compaction below; only a
+                    * loop in an arena compacts, so they go with its file) */
     uint32_t n_maps, cap_maps;
     int started; /* merge_loop_start was called: no more loads, merges may run */
     FileArena *arena; /* where every table lives (owned), or NULL: the C library's heap */
@@ -216,8 +216,6 @@ void merge_loop_free(MergeLoop *m) {
     bs_free(m->right.slot_entry); bs_free(m->right.slot_gen); bs_free(m->right.entries);
     bs_free(m->pend);
     bs_free(m->born);
-    for (uint32_t c = 0; c < m->n_maps; c++) bs_free(m->maps[c].block);
-    bs_free(m->maps);
     pairs_free(&m->ps);
     free(m);
 }
@@ -633,14 +631,8 @@ static uint32_t renumber_list(const MergeLoop *m, uint32_t r, uint32_t *items, u
     return RENUMBER(m, first, items, len);
 }
 
-static double seconds_now(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
-
 static int compact_positions(MergeLoop *m) {
-    double t0 = seconds_now();
+    double t0 = bs_seconds();
     uint64_t n = m->n_pos, n_lines = n / RANK_SPAN + 1;
     BS_RESERVE_OR_RETURN(m->maps, m->cap_maps, (uint64_t)m->n_maps + 1, 4, bs_limit32);
     /* (one line more, to start the lines on a cache line whatever the block's alignment) */
@@ -681,7 +673,7 @@ static int compact_positions(MergeLoop *m) {
     m->n_pos = j;
     m->merged_before = m->merged;
     m->compactions++;
-    m->compact_seconds += seconds_now() - t0;
+    m->compact_seconds += bs_seconds() - t0;
     return BS_OK;
 }
 

@@ -32,7 +32,6 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <errno.h>
-#include <time.h>
 
 #include "common.h"
 #include "encoder.h"
@@ -90,12 +89,7 @@ static int add_loop_token(void *m, const uint8_t *data, size_t len) { return mer
 static uint32_t token_id(unsigned long long v) { return v >= BS_NONE ? BS_NONE : (uint32_t)v; }
 
 /* -- MergeLoop -------------------------------------------------------------------------- */
-/* BPE_STREAM_DEBUG=1: the time spent loading and merging, reported by stats(). */
-static double now(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return t.tv_sec + t.tv_nsec * 1e-9;
-}
+/* BPE_STREAM_DEBUG=1: the time spent loading and merging (bs_seconds), reported by stats(). */
 
 typedef struct {
     PyObject_HEAD
@@ -180,7 +174,7 @@ static PyObject *MergeLoop_load(MergeLoopObject *self, PyObject *args, PyObject 
     }
     Py_buffer bufs[3]; /* symbols, word_ends, freqs */
     if (get_word_buffers(words, bufs) < 0) return NULL;
-    double t0 = now();
+    double t0 = bs_seconds();
     uint64_t n_pos = (uint64_t)bufs[0].len / (uint64_t)width;
     uint64_t n_words = (uint64_t)bufs[1].len / sizeof(uint64_t);
     int rc = BS_OK;
@@ -197,7 +191,7 @@ static PyObject *MergeLoop_load(MergeLoopObject *self, PyObject *args, PyObject 
     /* The input is copied into the loop: let it go before the merges grow the tables. */
     if (PyList_SetSlice(words, 0, PyList_GET_SIZE(words), NULL) < 0) return NULL;
     if ((rc = merge_loop_start(m))) return raise_loop_status(m, rc);
-    self->load_seconds += now() - t0;
+    self->load_seconds += bs_seconds() - t0;
     Py_RETURN_NONE;
 }
 
@@ -217,9 +211,9 @@ static PyObject *MergeLoop_merge_given(MergeLoopObject *self, PyObject *args, Py
         ids[2 * k] = token_id(left);
         ids[2 * k + 1] = token_id(right);
     }
-    double t0 = now();
+    double t0 = bs_seconds();
     int rc = merge_loop_merge_given(m, ids, (uint64_t)n, counts);
-    self->merge_seconds += now() - t0;
+    self->merge_seconds += bs_seconds() - t0;
     if (rc) { raise_loop_status(m, rc); goto done; }
     if (!(out = PyList_New(n))) goto done;
     for (Py_ssize_t k = 0; k < n; k++) {
@@ -247,9 +241,9 @@ static PyObject *MergeLoop_merge_best(MergeLoopObject *self, PyObject *args, PyO
     int64_t counts[BEST_BLOCK];
     for (long long made = 0; made < n;) {
         uint64_t want = (uint64_t)(n - made) < BEST_BLOCK ? (uint64_t)(n - made) : BEST_BLOCK, got;
-        double t0 = now();
+        double t0 = bs_seconds();
         int rc = merge_loop_merge_best(m, want, min_count, pairs, counts, &got);
-        self->merge_seconds += now() - t0;
+        self->merge_seconds += bs_seconds() - t0;
         for (uint64_t k = 0; k < got; k++) {
             PyObject *merge = Py_BuildValue("(IIL)", pairs[2 * k], pairs[2 * k + 1], (long long)counts[k]);
             if (!merge || PyList_Append(out, merge) < 0) { Py_XDECREF(merge); goto fail; }
