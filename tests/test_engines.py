@@ -325,6 +325,39 @@ def test_disk_engine_quota_splits_the_tables_and_moves_blocks_exactly(tmp_path, 
         assert moved[0] > 0 and (moved[1] > 0 or run_quota is None)
 
 
+def _scratch_file_bytes(scratch) -> int:
+    """Bytes the file system holds for the engine's unnamed scratch file (found among this
+    process's open files by its directory)."""
+    found = []
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            if os.readlink(f"/proc/self/fd/{fd}").startswith(str(scratch) + "/"):
+                found.append(os.stat(f"/proc/self/fd/{fd}").st_blocks * 512)
+        except OSError:
+            continue
+    assert len(found) == 1, found
+    return found[0]
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="finds the unnamed scratch file through /proc")
+def test_the_scratch_bytes_reported_are_the_files_as_blocks_are_freed_and_reused(tmp_path):
+    """What training reports of its scratch file (``scratch file: N MB``) is what the file
+    system holds for it: freed large blocks are punched out in whole 2 MiB runs only, and a
+    reused one reserves exactly what was punched (filearena.c: punch_span).  Lists of a million
+    entries grow, are taken by their merge and freed, and their blocks taken again."""
+    words = {b"ab" * k + bytes([c]): 1 + k % 3 for k in range(1, 400) for c in range(99, 123)}
+    engine = DiskEngine([bytes([i]) for i in range(256)], None, "max-bytes", str(tmp_path / "s"))
+    try:
+        engine.load(sorted(words.items()))
+        assert abs(engine.memory()["disk_bytes"] - _scratch_file_bytes(tmp_path / "s")) <= 64 << 10
+        engine.merge_best(40, 1)
+        stats = engine.memory()
+        assert abs(stats["disk_bytes"] - _scratch_file_bytes(tmp_path / "s")) <= 64 << 10
+        assert stats["disk_bytes"] < stats["peak_disk_bytes"]  # (something was punched out)
+    finally:
+        engine.close()
+
+
 def test_disk_engine_with_room_for_every_table_keeps_them_all_in_memory(tmp_path):
     """A quota larger than the tables: the file holds the frequencies alone (written once,
     read for rare huge counts) and no block moves to it."""
