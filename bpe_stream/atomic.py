@@ -5,7 +5,9 @@ Where a write goes is decided by :func:`output_target` from what ``-o PATH`` is 
 
 * a regular file, or nothing yet: a temporary file beside it is written, flushed and
   fsynced, then renamed over it (``os.replace``, atomic on POSIX) and the directory is
-  fsynced so the rename survives a crash;
+  fsynced so the rename survives a crash.  A binary output's writeback is started as it is
+  written, every ``WRITE_BEHIND_BYTES`` (:class:`WriteBehind`), so that the fsync at its end
+  does not wait for the whole file to reach the disk;
 * a symlink: the same, at the file it points to (the link stays a link);
 * a character device (``/dev/null``) or a FIFO: written directly -- renaming over it would
   replace the device node or the pipe with a regular file;
@@ -21,12 +23,14 @@ of processes of this host that are gone.
 from __future__ import annotations
 
 import errno
+import functools
+import io
 import os
 import shutil
 import stat
 import sys
 from contextlib import contextmanager
-from typing import BinaryIO, Tuple
+from typing import BinaryIO, Optional, Tuple
 
 from .errors import UserError
 
@@ -191,6 +195,66 @@ def _naming(path: str):
 
 
 # -- writing ------------------------------------------------------------------------------
+# How many bytes a binary output takes between two starts of its writeback (WriteBehind).
+# Measured 2026-12-06 (2 cores, ext4): encode -f u32 -o of 200 MB of English wrote 187 MB,
+# whose fsync at the end waited 72 ms for the disk, serial after the whole encode.
+WRITE_BEHIND_BYTES = 16 << 20
+SYNC_FILE_RANGE_WRITE = 2  # <fcntl.h>: start writing the range's dirty pages, do not wait
+
+
+@functools.cache
+def _sync_file_range():
+    """Linux's ``sync_file_range(fd, offset, nbytes, flags)`` (through ``ctypes``, which
+    releases the GIL for the call), or None where the C library has none."""
+    try:
+        import ctypes
+
+        fn = ctypes.CDLL(None, use_errno=True).sync_file_range
+    except (OSError, AttributeError, ImportError):
+        return None
+    fn.argtypes = (ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint)
+    fn.restype = ctypes.c_int
+    return fn
+
+
+class WriteBehind(io.BufferedWriter):
+    """A buffered binary file that starts the writeback of what it has written every
+    ``every`` bytes (``sync_file_range(SYNC_FILE_RANGE_WRITE)``: a hint that waits for
+    nothing, its errors left to the fsync), as PostgreSQL's ``backend_flush_after`` does.
+    The disk then writes while the output is still being made, and the fsync that ends an
+    atomic write finds little left to do.  The bytes written are the same; where the C
+    library has no such call it is a plain ``BufferedWriter``.
+
+    >>> import tempfile
+    >>> with tempfile.TemporaryFile() as raw:
+    ...     f = WriteBehind(io.FileIO(raw.fileno(), "wb", closefd=False), every=4)
+    ...     _ = f.write(b"hello "), f.write(b"world"); f.flush()
+    ...     _ = raw.seek(0); raw.read(), f.started
+    (b'hello world', 11)
+    """
+
+    def __init__(self, raw, every: Optional[int] = None):
+        super().__init__(raw)
+        self.every = every or WRITE_BEHIND_BYTES
+        self.written = 0  # bytes written through this object
+        self.started = 0  # writeback started for [0, started)
+
+    def write(self, data) -> int:
+        n = super().write(data)
+        self.written += n
+        if self.written - self.started >= self.every:
+            self.start_writeback()
+        return n
+
+    def start_writeback(self) -> None:
+        """Starts the writeback of the bytes written since the last start."""
+        self.flush()
+        start = _sync_file_range()
+        if start is not None:
+            start(self.raw.fileno(), self.started, self.written - self.started, SYNC_FILE_RANGE_WRITE)
+        self.started = self.written
+
+
 @contextmanager
 def atomic_write(path, mode: str = "wb"):
     """``with atomic_write(path) as f: f.write(...)``; a regular file appears only if the block
@@ -211,7 +275,7 @@ def atomic_write(path, mode: str = "wb"):
         raise _as_output_error(path, exc) from None
     try:
         os.fchmod(fd, _new_file_mode(target))
-        with os.fdopen(fd, mode, **_text_kwargs(mode)) as f:
+        with (WriteBehind(io.FileIO(fd, "wb")) if mode == "wb" else os.fdopen(fd, mode, **_text_kwargs(mode))) as f:
             with _naming(path):
                 yield f
             try:

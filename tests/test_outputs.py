@@ -261,3 +261,60 @@ def test_partial_files_of_live_processes_and_other_hosts_are_kept(made, tmp_path
     finally:
         live.stdin.close()
         live.wait()
+
+
+# -- 12. write-behind of large outputs ------------------------------------------------------
+@pytest.mark.parametrize("linux_call", [True, False])
+def test_a_large_output_starts_its_writeback_as_it_is_written(tmp_path, monkeypatch, linux_call):
+    """Every WRITE_BEHIND_BYTES written, what was written since the last start is flushed to
+    the file and its writeback started (the ranges follow each other from byte 0); the output
+    is the same bytes, renamed into place, with or without the call."""
+    from bpe_stream import atomic
+
+    started = []
+
+    def start(fd, offset, nbytes, flags):
+        started.append((offset, nbytes, os.fstat(fd).st_size, flags))
+        return 0
+
+    monkeypatch.setattr(atomic, "WRITE_BEHIND_BYTES", 1000)
+    monkeypatch.setattr(atomic, "_sync_file_range", lambda: start if linux_call else None)
+    out = tmp_path / "ids.u32"
+    pieces = [bytes([i % 251]) * (137 * i) for i in range(1, 40)]
+    with atomic.atomic_write(out) as f:
+        assert isinstance(f, atomic.WriteBehind)
+        for piece in pieces:
+            f.write(piece)
+        assert f.started > 0 and f.written == sum(map(len, pieces))
+    assert out.read_bytes() == b"".join(pieces)
+    if not linux_call:
+        assert started == []
+        return
+    assert started and started[0][0] == 0
+    for (offset, nbytes, size, flags), following in zip(started, started[1:] + [None]):
+        assert nbytes >= 1000 and size >= offset + nbytes and flags == atomic.SYNC_FILE_RANGE_WRITE
+        if following is not None:
+            assert following[0] == offset + nbytes
+
+
+def test_text_outputs_are_written_as_before(tmp_path):
+    from bpe_stream import atomic
+
+    out = tmp_path / "report.md"
+    with atomic.atomic_write(out, "w") as f:
+        assert not isinstance(f, atomic.WriteBehind)
+        f.write("é\n" * 10)
+    assert out.read_text(encoding="utf-8") == "é\n" * 10
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="sync_file_range is Linux's")
+def test_the_writeback_is_started_by_the_c_librarys_sync_file_range(tmp_path):
+    from bpe_stream import atomic
+
+    start = atomic._sync_file_range()
+    assert start is not None
+    with open(tmp_path / "f", "wb") as f:
+        f.write(b"x" * 10_000)
+        f.flush()
+        assert start(f.fileno(), 0, 10_000, atomic.SYNC_FILE_RANGE_WRITE) == 0
+        assert start(-1, 0, 10_000, atomic.SYNC_FILE_RANGE_WRITE) == -1  # (the errors are the fsync's to report)
