@@ -318,3 +318,20 @@ def test_the_writeback_is_started_by_the_c_librarys_sync_file_range(tmp_path):
         f.flush()
         assert start(f.fileno(), 0, 10_000, atomic.SYNC_FILE_RANGE_WRITE) == 0
         assert start(-1, 0, 10_000, atomic.SYNC_FILE_RANGE_WRITE) == -1  # (the errors are the fsync's to report)
+
+
+def test_a_failed_write_behind_is_one_error_naming_the_output_and_leaves_nothing(tmp_path, monkeypatch):
+    import errno
+
+    from bpe_stream import atomic
+
+    def full(self):  # (the flush before the writeback's start, on a full disk)
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(atomic, "WRITE_BEHIND_BYTES", 10)
+    monkeypatch.setattr(atomic.WriteBehind, "start_writeback", full)
+    out = tmp_path / "ids.u32"
+    with pytest.raises(atomic.OutputError, match=f"cannot write {out}: No space left on device"):
+        with atomic.atomic_write(out) as f:
+            f.write(b"x" * 100)
+    assert not out.exists() and partials(tmp_path) == []
