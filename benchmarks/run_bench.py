@@ -1283,24 +1283,28 @@ def _cores_count(ctx: Context, s: Section, label: str, text: Path, counts: Seque
 
 def _side_by_side(ctx: Context, label: str, text: Path) -> float:
     """The wall of two ``count -w1`` of ``text`` run at once, each a process into a store of
-    its own (the slower of the two; the fastest of 3): what sharing the machine (its caches,
-    memory and disk) costs counts that share nothing else -- the ceiling of ``-w2``'s ratio."""
+    its own (the slower of the two; the fastest pair as ``Context.best`` takes them): what
+    sharing the machine (its caches, memory and disk) costs counts that share nothing else --
+    the ceiling of ``-w2``'s ratio."""
     from concurrent.futures import ThreadPoolExecutor
 
     stores = [ctx.tmp / f"cores-{label}-pair{i}" for i in (0, 1)]
-    walls = []
-    say(f"  running two bpe-stream count -w 1 ({label}) at once ...")
-    for _ in range(3):
-        for store in stores:
-            shutil.rmtree(store, ignore_errors=True)
+
+    def pair() -> Measurement:
         with ThreadPoolExecutor(2) as pool:
             runs = [pool.submit(measure.measure_command, [*map(str, ctx.bpe), "count", "--workers", "1", "--store",
                                                          str(store), str(text)]) for store in stores]
-            walls.append(max(run.result().seconds for run in runs))
-    for store in stores:
-        shutil.rmtree(store, ignore_errors=True)
-    say(f"    {min(walls):8.2f} s (the slower of the two)")
-    return min(walls)
+            return max((run.result() for run in runs), key=lambda m: m.seconds)
+
+    def remove() -> None:
+        for store in stores:
+            shutil.rmtree(store, ignore_errors=True)
+
+    say(f"  running two bpe-stream count -w 1 ({label}) at once ...")
+    slower = ctx.best(pair, setup=remove)
+    remove()
+    say(f"    {slower.seconds:8.2f} s (the slower of the two)")
+    return slower.seconds
 
 
 def _cores_encode(ctx: Context, s: Section, text: Path, counts: Sequence[int]) -> None:
